@@ -1,0 +1,46 @@
+"""Parsing of quantities with units: durations (`500ms`, `2s`, `1m`) and rates (`8/s`, `120/m`).
+
+Every parser raises ValueError with a message that quotes the bad text; callers add the file and key.
+"""
+from __future__ import annotations
+
+import re
+
+_DURATION_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+                "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
+_RATE_PER_S = {"s": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600}
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def parse_duration_ns(text: str | int | float) -> int:
+    """`500ms` -> 500_000_000. A bare number is rejected: a duration must say its unit."""
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise ValueError(f"duration {text!r} needs a unit, e.g. '500ms' or '2s'")
+    m = re.fullmatch(_NUM + r"\s*(ns|us|µs|ms|s|m|min|h)", text.strip())
+    if not m:
+        raise ValueError(f"bad duration {text!r}: expected a number and a unit (ns, us, ms, s, m, h)")
+    return round(float(m.group(1)) * _DURATION_NS[m.group(2)])
+
+
+def parse_rate_per_s(text: str | int | float) -> float:
+    """`8/s` -> 8.0, `120/m` -> 2.0. A bare positive number is read as per second."""
+    if isinstance(text, bool):
+        raise ValueError(f"bad rate {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUM + r"\s*(?:/\s*(s|m|min|h))?", text.strip())
+        if not m:
+            raise ValueError(f"bad rate {text!r}: expected e.g. '8/s' or '120/m'")
+        value = float(m.group(1)) * _RATE_PER_S[m.group(2) or "s"]
+    if not value > 0:
+        raise ValueError(f"bad rate {text!r}: must be > 0")
+    return value
+
+
+def format_ns(ns: int) -> str:
+    """Shortest readable form of a duration in ns (used in messages and reports)."""
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:g}{unit}"
+    return f"{ns}ns"
