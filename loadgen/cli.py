@@ -1,7 +1,77 @@
-"""Thin command line: parse flags, call the library. Data to stdout, logs to stderr."""
+"""Thin command line: parse flags into one frozen RunConfig, call the library.
+
+Data goes to stdout, logs and progress to stderr. Exit codes: 0 ok; 2 usage or invalid input; 3 run
+invalid (the generator could not keep the schedule); 130 interrupted (results still written).
+"""
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
+
+import orjson
+
+EXAMPLES = """\
+examples:
+  loadgen run workloads/quickstart.toml                       # against the built-in simulator
+  loadgen run workloads/quickstart.toml --url http://127.0.0.1:8000 --rate 8/s --duration 60s
+  loadgen report "$(loadgen run workloads/quickstart.toml)"
+  loadgen report results/quickstart --format json
+  loadgen schedule workloads/quickstart.toml --requests 5
+  loadgen sim --mode fixed --ttft 50ms --itl 10ms --port 0
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors exit 2 with one clear line (argparse's own code)
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _workload_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    p.add_argument("--model")
+    p.add_argument("--api", help="completions | chat")
+    p.add_argument("--rate", help="arrival rate, e.g. 8/s")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--requests", help="number of requests")
+    g.add_argument("--duration", help="schedule length, e.g. 60s")
+    p.add_argument("--prompt-tokens", help="N or MIN..MAX (uniform)")
+    p.add_argument("--max-tokens", help="output tokens: N or MIN..MAX (uniform)")
+    p.add_argument("--warmup-requests", help="first N requests are left out of statistics")
+    p.add_argument("--seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="loadgen", description="Open-loop load generator for LLM inference servers.",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="offer a workload to a server and record every request",
+                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _workload_flags(run)
+    run.add_argument("--url", help="server base URL; without it the built-in simulator is started")
+    run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
+    run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
+    run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
+    run.add_argument("--quiet", action="store_true", help="no progress line")
+    rep = sub.add_parser("report", help="summarize a results folder",
+                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    rep.add_argument("run_dir")
+    rep.add_argument("--format", choices=("text", "json"), default="text")
+    rep.add_argument("--out", help="write the report to this file instead of stdout")
+    sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
+                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _workload_flags(sch)
+    sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
+    return parser
+
+
+def _config(args: argparse.Namespace):
+    from loadgen import config
+
+    overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
+    return config.load(args.workload, overrides, url=getattr(args, "url", None), out=getattr(args, "out", None),
+                       sim_args=tuple(getattr(args, "sim_args", "").split()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -10,5 +80,66 @@ def main(argv: list[str] | None = None) -> int:
         from loadgen.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
-    print("usage: loadgen {run,report,sim,schedule} ...", file=sys.stderr)
+    args = build_parser().parse_args(argv)
+    from loadgen.config import ConfigError
+    from loadgen.results import ResultsError
+
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "schedule":
+            return _schedule(args)
+    except ConfigError as e:
+        print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
+        return 2
+    except ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from loadgen.execute import run_workload
+    from loadgen.sim.process import SimStartError
+
+    cfg = _config(args)
+    try:
+        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr)
+    except SimStartError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(outcome.path)
+    return outcome.exit_code
+
+
+def _report(args: argparse.Namespace) -> int:
+    from loadgen.analysis.summary import summarize
+    from loadgen.report import to_json, to_text
+    from loadgen.results import read_run, write_json
+
+    run = read_run(args.run_dir)
+    summary = summarize(run)
+    write_json(Path(args.run_dir) / "summary.json", summary)
+    text = to_json(summary) if args.format == "json" else to_text(summary)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    from loadgen.schedule import build
+
+    s = build(_config(args))
+    out = sys.stdout.buffer
+    for i in range(len(s)):
+        out.write(orjson.dumps({"request_id": f"dry-{i:06d}", "intended_ns": int(s.intended_ns[i]),
+                                "prompt_tokens": int(s.prompt_tokens[i]), "max_tokens": int(s.max_tokens[i]),
+                                "warmup": bool(s.warmup[i])}) + b"\n")
+    return 0

@@ -14,7 +14,7 @@ _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 def parse_duration_ns(text: str | int | float) -> int:
     """`500ms` -> 500_000_000. A bare number is rejected: a duration must say its unit."""
-    if isinstance(text, bool) or not isinstance(text, str):
+    if isinstance(text, bool) or not isinstance(text, str) or re.fullmatch(_NUM, text.strip()):
         raise ValueError(f"duration {text!r} needs a unit, e.g. '500ms' or '2s'")
     m = re.fullmatch(_NUM + r"\s*(ns|us|µs|ms|s|m|min|h)", text.strip())
     if not m:

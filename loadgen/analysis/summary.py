@@ -1,0 +1,99 @@
+"""The run summary: counts, rates, and latency distributions (the `summary.json` contract).
+
+Definitions (all from requests.parquet / tokens.parquet; warm-up rows excluded; latencies from ok rows):
+- send_lag = dispatched - intended (every dispatched row)   ttft = first_token - intended
+- ttft_from_send = first_token - dispatched                  e2e = last_token - intended
+- tpot = (last_token - first_token) / (output_tokens - 1), rows with output_tokens > 1
+- itl, per token: consecutive chunks of a request with the same t_ns arrived in one read and form one
+  group; each gap between a group and the one before it counts as k samples of gap/k, k = the group's
+  tokens. So a request's ITL samples sum exactly to last_token - first_token, a chunk of k tokens is
+  not one long gap, and chunks read together are never a run of zero gaps. The first group's own
+  tokens have no gap before them and add no sample.
+- offered rate = (n - 1) / span of intended times; achieved = the same over dispatch times.
+- throughput: ok requests and their output tokens over [first intended, last done].
+Percentiles are exact (linear interpolation) over all samples, not histogram estimates.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from loadgen.results import Run
+
+METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e")
+STATS = ("p50", "p90", "p99", "p999", "max", "mean")
+_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
+
+
+def measured(run: Run) -> pl.DataFrame:
+    return run.requests.filter(~pl.col("warmup"))
+
+
+def latency_columns(requests: pl.LazyFrame | pl.DataFrame):
+    ns = 1e6
+    return requests.with_columns(
+        send_lag=(pl.col("dispatched_ns") - pl.col("intended_ns")) / ns,
+        ttft=(pl.col("first_token_ns") - pl.col("intended_ns")) / ns,
+        ttft_from_send=(pl.col("first_token_ns") - pl.col("dispatched_ns")) / ns,
+        e2e=(pl.col("last_token_ns") - pl.col("intended_ns")) / ns,
+        tpot=pl.when(pl.col("output_tokens") > 1)
+        .then((pl.col("last_token_ns") - pl.col("first_token_ns")) / (pl.col("output_tokens") - 1) / ns),
+    )
+
+
+def itl_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.Series:
+    """Per-token ITL samples in ms, under the rule in the module comment."""
+    return (
+        tokens.lazy()
+        .filter(pl.col("request_id").is_in(request_ids.implode()))
+        .group_by("request_id", "t_ns").agg(pl.col("n_tokens").sum().alias("k"))
+        .filter(pl.col("k") > 0)
+        .sort("request_id", "t_ns")
+        .with_columns(gap=pl.col("t_ns").diff().over("request_id"))
+        .drop_nulls("gap")
+        .select((pl.col("gap") / pl.col("k") / 1e6).repeat_by("k").explode().alias("itl"))
+        .collect()
+        .get_column("itl")
+    )
+
+
+def distribution(values: pl.Series) -> dict[str, float | None]:
+    v = values.drop_nulls()
+    if v.len() == 0:
+        return {s: None for s in STATS}
+    out = {name: float(v.quantile(q, interpolation="linear")) for name, q in _Q.items()}
+    out["max"], out["mean"] = float(v.max()), float(v.mean())
+    return out
+
+
+def _rate(times: pl.Series) -> float | None:
+    t = times.drop_nulls()
+    if t.len() < 2 or t.max() == t.min():
+        return None
+    return (t.len() - 1) * 1e9 / (t.max() - t.min())
+
+
+def summarize(run: Run) -> dict:
+    req = latency_columns(measured(run))
+    ok = req.filter(pl.col("outcome") == "ok")
+    outcomes = dict(req.group_by("outcome").len().iter_rows())
+    n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
+    window_ns = None
+    if n and req["done_ns"].drop_nulls().len():
+        window_ns = req["done_ns"].max() - req["intended_ns"].min()
+    per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
+    latency = {m: distribution(req[m] if m == "send_lag" else ok[m]) for m in METRICS if m != "itl"}
+    latency["itl"] = distribution(itl_ms(run.tokens, ok["request_id"]))
+    manifest = run.manifest
+    return {
+        "run": {"path": str(run.path), "name": manifest.get("config", {}).get("name"),
+                "status": manifest.get("status"), "target": manifest.get("target", {}).get("url")},
+        "requests": {"scheduled": n, "ok": n_ok, "failed": n - n_ok - n_dropped, "dropped": n_dropped},
+        "outcomes": outcomes,
+        "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
+        "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
+                       "requests_per_s": per_s(n_ok)},
+        "latency_ms": {m: latency[m] for m in METRICS},
+        "valid": manifest.get("status") == "complete",
+        "invalid_reasons": list(manifest.get("invalid_reasons", []))
+        + ([f"run status is {manifest.get('status')!r}"] if manifest.get("status") not in ("complete", "invalid") else []),
+    }

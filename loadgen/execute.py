@@ -1,0 +1,188 @@
+"""`loadgen run` as a library call: plan, (start the simulator), dispatch, record, write the folder.
+
+run_workload(config) -> RunOutcome. It never prints data; progress goes to the `progress` stream
+(stderr from the CLI). The generator checks itself: when its own lateness (send lag minus any wait for
+a concurrency slot) has p99 above `max_send_lag_p99_ns`, the run is marked invalid — the numbers would
+describe the client, not the server.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import secrets
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+import uvloop
+
+from loadgen import __version__
+from loadgen.backends.openai import OpenAIBackend
+from loadgen.clock import Clock
+from loadgen.config import RunConfig, redact_url
+from loadgen.prompts import synthetic_text
+from loadgen.recorder import Recorder, Row
+from loadgen.results import SCHEMA_VERSION, RunWriter
+from loadgen.runner import Runner
+from loadgen.schedule import Schedule, build, text_seed
+from loadgen.sim.process import SimProcess
+from loadgen.transport import AiohttpTransport
+
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
+START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
+FLUSH_EVERY_S = 2.0
+MAX_SEND_LAG_P99_NS = 5_000_000
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    status: str                      # complete | interrupted | invalid
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return {"complete": EXIT_OK, "invalid": EXIT_INVALID}.get(self.status, EXIT_INTERRUPTED)
+
+
+def default_out(config: RunConfig) -> Path:
+    return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def request_bodies(config: RunConfig, schedule: Schedule, backend: OpenAIBackend) -> list[bytes]:
+    rng = np.random.default_rng(text_seed(config))
+    return [backend.body(synthetic_text(int(p), rng), int(m))
+            for p, m in zip(schedule.prompt_tokens, schedule.max_tokens)]
+
+
+def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
+    schedule = build(config)
+    backend = OpenAIBackend(config.api, config.model, config.extra_body)
+    bodies = request_bodies(config, schedule, backend)
+    writer = RunWriter(config.out or default_out(config))
+    writer.prepare()
+    sim = None
+    url = config.url
+    if url is None:
+        sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
+        url = sim.start()
+        _say(progress, f"started the built-in simulator at {url}")
+    try:
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
+            _run(config, schedule, backend, bodies, writer, url, sim is not None, progress))
+    finally:
+        if sim is not None:
+            sim.stop()
+
+
+async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
+               builtin_sim: bool, progress: TextIO | None) -> RunOutcome:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    clock = Clock()
+    run_id = secrets.token_hex(4)
+    mono_now, wall_now = time.monotonic_ns(), time.time_ns()
+    t0 = mono_now + START_LEAD_NS
+    rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
+            for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
+                                                   schedule.max_tokens, schedule.warmup))]
+    manifest = {
+        "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
+        "status": "running", "invalid_reasons": [],
+        "config": config.to_manifest(), "seed": config.seed,
+        "target": {"url": redact_url(url), "backend": "openai", "api": config.api,
+                   "builtin_sim": builtin_sim},
+        "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
+               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, timezone.utc).isoformat()},
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "python": platform.python_version(), "cpus": os.cpu_count()},
+        "schedule": {"requests": len(schedule), "process": config.arrivals.process,
+                     "configured_rate_per_s": config.arrivals.rate_per_s,
+                     "offered_rate_per_s": schedule.offered_rate_per_s(),
+                     "warmup_requests": int(schedule.warmup.sum())},
+    }
+    writer.manifest(manifest)
+    recorder = Recorder(rows)
+    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    async with AiohttpTransport(url, headers) as transport:
+        runner = Runner(rows, bodies, backend, transport, clock, recorder,
+                        max_concurrency=config.max_concurrency,
+                        request_timeout_ns=config.request_timeout_ns,
+                        drain_timeout_ns=config.drain_timeout_ns)
+        flusher = asyncio.create_task(_flush_loop(writer, recorder, t0))
+        ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
+        try:
+            status = await runner.run(stop)
+        finally:
+            flusher.cancel()
+            ticker.cancel()
+            await asyncio.gather(flusher, ticker, return_exceptions=True)
+    reasons = check_generator(rows) if status == "complete" else []
+    if reasons:
+        status = "invalid"
+    writer.finalize(rows, t0)
+    manifest.update(status=status, invalid_reasons=reasons,
+                    finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
+    writer.manifest(manifest)
+    _say(progress, _progress_line(runner, recorder, t0, len(rows)) + f"  [{status}]")
+    for reason in reasons:
+        _say(progress, f"INVALID RUN: {reason}")
+    return RunOutcome(writer.path, status, reasons)
+
+
+def check_generator(rows: list[Row]) -> list[str]:
+    lag = np.array([r.dispatched_ns - r.intended_ns - (r.slot_wait_ns or 0)
+                    for r in rows if r.dispatched_ns is not None and not r.warmup], dtype=np.int64)
+    if len(lag) == 0:
+        return []
+    p99 = float(np.percentile(lag, 99))
+    if p99 > MAX_SEND_LAG_P99_NS:
+        return [f"send_lag p99 is {p99 / 1e6:.2f} ms (> {MAX_SEND_LAG_P99_NS / 1e6:g} ms): the generator "
+                f"could not keep the schedule, so latencies describe the client, not the server; lower the "
+                f"rate or split the schedule over more workers"]
+    return []
+
+
+async def _flush_loop(writer: RunWriter, recorder: Recorder, t0: int) -> None:
+    while True:
+        await asyncio.sleep(FLUSH_EVERY_S)
+        rows = recorder.take_finished()
+        if rows:
+            await asyncio.to_thread(writer.flush, rows, t0)
+
+
+def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> str:
+    elapsed_s = max(1e-9, (time.monotonic_ns() - t0) / 1e9)
+    ttfts = recorder.ttft_window_ns
+    p50 = f"{np.median(ttfts) / 1e6:.1f}ms" if ttfts else "-"
+    return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
+            f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
+            f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
+
+
+async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int) -> None:
+    if out is None:
+        return
+    tty = out.isatty()
+    while True:
+        await asyncio.sleep(1.0 if tty else 5.0)
+        line = _progress_line(runner, recorder, t0, total)
+        out.write(f"\r{line}\033[K" if tty else line + "\n")
+        out.flush()
+
+
+def _say(out: TextIO | None, text: str) -> None:
+    if out is not None:
+        if out.isatty():
+            out.write("\r\033[K")
+        out.write(text + "\n")
+        out.flush()

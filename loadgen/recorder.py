@@ -1,0 +1,75 @@
+"""Per-request rows and per-chunk stamps, in memory while the run goes, flushed as it goes.
+
+A Row is created for every scheduled request before the run starts, so every request yields exactly one
+row whatever happens to it. Times on a Row are absolute `time.monotonic_ns()` values during the run;
+results.py turns them into int64 ns from t0 when writing (None stays null, never 0).
+"""
+from __future__ import annotations
+
+from array import array
+
+# Outcomes: exactly one per row.
+OK = "ok"
+HTTP_ERROR = "http_error"            # the server answered with a status >= 400 (error_kind http_<status>)
+STREAM_ERROR = "stream_error"        # 200, but: an error event, a malformed chunk, or no end of stream
+CONNECTION_ERROR = "connection_error"  # refused, reset or closed by the peer (error_kind says which)
+TIMEOUT = "timeout"                  # request_timeout elapsed, or still in flight when the drain ended
+DROPPED = "dropped"                  # held back by --max-concurrency and never started before the end
+INTERRUPTED = "interrupted"          # in flight when SIGINT/SIGTERM stopped the run
+CANCELLED = "cancelled"              # not yet due when SIGINT/SIGTERM stopped the run
+OUTCOMES = (OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, INTERRUPTED, CANCELLED)
+
+TIME_FIELDS = ("intended_ns", "dispatched_ns", "connected_ns", "sent_ns", "response_ns",
+               "first_token_ns", "last_token_ns", "done_ns")
+
+
+class Row:
+    __slots__ = ("idx", "request_id", "worker", "warmup", "planned_prompt_tokens", "max_tokens",
+                 *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
+                 "prompt_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
+                 "server_decode_ms", "chunk_t_ns", "chunk_tokens")
+
+    def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
+                 max_tokens: int, warmup: bool = False, worker: int = 0):
+        self.idx, self.request_id, self.worker, self.warmup = idx, request_id, worker, warmup
+        self.planned_prompt_tokens, self.max_tokens = planned_prompt_tokens, max_tokens
+        self.intended_ns = intended_ns
+        self.dispatched_ns = self.connected_ns = self.sent_ns = self.response_ns = None
+        self.first_token_ns = self.last_token_ns = self.done_ns = None
+        self.slot_wait_ns = None
+        self.outcome = self.http_status = self.error_kind = self.error_detail = None
+        self.prompt_tokens = self.output_tokens = None
+        self.n_chunks = 0
+        self.server_queue_ms = self.server_prefill_ms = self.server_decode_ms = None
+        self.chunk_t_ns = array("q")   # one stamp per token-bearing chunk (absolute monotonic ns)
+        self.chunk_tokens = array("l")  # tokens carried by each chunk
+
+    def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
+        # The first failure wins: a timeout that follows a reset is still a reset.
+        if self.outcome is None:
+            self.outcome, self.error_kind = outcome, kind
+            self.error_detail = detail[:300] if detail else None
+
+
+class Recorder:
+    """Holds every Row; `take_finished()` hands the rows finished since the last call to the flusher."""
+
+    def __init__(self, rows: list[Row]):
+        self.rows = rows
+        self._finished: list[Row] = []
+        self.done = self.failed = 0
+        self.ttft_window_ns: list[int] = []  # recent TTFTs for the progress line
+
+    def finish(self, row: Row) -> None:
+        self._finished.append(row)
+        if row.outcome == OK:
+            self.done += 1
+            if row.first_token_ns is not None:
+                self.ttft_window_ns.append(row.first_token_ns - row.intended_ns)
+                del self.ttft_window_ns[:-200]
+        else:
+            self.failed += 1
+
+    def take_finished(self) -> list[Row]:
+        out, self._finished = self._finished, []
+        return out

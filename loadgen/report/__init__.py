@@ -1,0 +1,37 @@
+"""Renderers of a summary dict: text for terminals, JSON for other tools."""
+from __future__ import annotations
+
+import orjson
+
+from loadgen.analysis.summary import METRICS, STATS
+
+
+def to_json(summary: dict) -> str:
+    return orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def to_text(summary: dict) -> str:
+    r, rate, thr = summary["requests"], summary["rate"], summary["throughput"]
+    lines = [
+        f"run        {summary['run']['path']}  ({summary['run']['status']})",
+        f"target     {summary['run']['target']}",
+        f"requests   scheduled {r['scheduled']}  ok {r['ok']}  failed {r['failed']}  dropped {r['dropped']}",
+        f"outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
+        f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
+        f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
+        "",
+        f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
+    ]
+    for m in METRICS:
+        d = summary["latency_ms"][m]
+        lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    if not summary["valid"]:
+        lines.append("")
+        lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]
+    return "\n".join(lines) + "\n"
+
+
+def _f(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"

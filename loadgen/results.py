@@ -1,0 +1,151 @@
+"""The results folder: the contract between `loadgen run` and everything that reads a run.
+
+    manifest.json      schema version, tool version, resolved config (no secrets), seed, target,
+                       t0 as monotonic ns and wall-clock time, host, status and reasons
+    requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
+    tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
+    _parts/            flushed as the run goes; merged into the two files above at the end (a run
+                       killed with SIGKILL leaves its parts, which read_run() still reads)
+
+Every file is written to a temporary name and renamed, so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import polars as pl
+
+from loadgen.recorder import TIME_FIELDS, Row
+
+SCHEMA_VERSION = 1
+PARTS = "_parts"
+
+REQUEST_SCHEMA = {
+    "request_id": pl.String, "idx": pl.Int64, "worker": pl.Int32, "warmup": pl.Boolean,
+    **{f: pl.Int64 for f in TIME_FIELDS}, "slot_wait_ns": pl.Int64,
+    "outcome": pl.String, "http_status": pl.Int32, "error_kind": pl.String, "error_detail": pl.String,
+    "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
+    "output_tokens": pl.Int64, "n_chunks": pl.Int64,
+    "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
+}
+TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
+
+
+class ResultsError(Exception):
+    pass
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: dict
+    requests: pl.DataFrame
+    tokens: pl.DataFrame
+
+
+def _rel(v: int | None, t0: int) -> int | None:
+    return None if v is None else v - t0
+
+
+def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
+    cols: dict[str, list] = {k: [] for k in REQUEST_SCHEMA}
+    for r in rows:
+        for k in REQUEST_SCHEMA:
+            v = getattr(r, k)
+            cols[k].append(_rel(v, t0_ns) if k in TIME_FIELDS else v)
+    return pl.DataFrame(cols, schema=REQUEST_SCHEMA)
+
+
+def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
+    ids, idx, t, n = [], [], [], []
+    for r in rows:
+        k = len(r.chunk_t_ns)
+        if k:
+            ids.extend([r.request_id] * k)
+            idx.extend(range(k))
+            t.extend(x - t0_ns for x in r.chunk_t_ns)
+            n.extend(r.chunk_tokens)
+    return pl.DataFrame({"request_id": ids, "idx": idx, "t_ns": t, "n_tokens": n}, schema=TOKEN_SCHEMA)
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    _atomic_write(Path(path), lambda p: p.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2
+                                                                   | orjson.OPT_SERIALIZE_NUMPY)))
+
+
+def write_parquet(path: Path, df: pl.DataFrame) -> None:
+    _atomic_write(Path(path), lambda p: df.write_parquet(p))
+
+
+class RunWriter:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._part = 0
+
+    def prepare(self) -> None:
+        """Create the folder. An earlier run's folder is replaced; any other non-empty folder is refused."""
+        p = self.path
+        if p.exists():
+            if not p.is_dir():
+                raise ResultsError(f"{p}: exists and is not a folder")
+            if any(p.iterdir()) and not (p / "manifest.json").exists():
+                raise ResultsError(f"{p}: folder is not empty and holds no loadgen run; choose another --out")
+            for child in p.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        (p / PARTS).mkdir(parents=True, exist_ok=True)
+
+    def manifest(self, manifest: dict) -> None:
+        write_json(self.path / "manifest.json", manifest)
+
+    def flush(self, rows: list[Row], t0_ns: int) -> None:
+        """Write rows finished since the last flush as a part (may run in a worker thread)."""
+        if not rows:
+            return
+        self._part += 1
+        write_parquet(self.path / PARTS / f"requests-{self._part:05d}.parquet", requests_frame(rows, t0_ns))
+        write_parquet(self.path / PARTS / f"tokens-{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+
+    def finalize(self, rows: list[Row], t0_ns: int) -> None:
+        write_parquet(self.path / "requests.parquet", requests_frame(rows, t0_ns).sort("idx"))
+        write_parquet(self.path / "tokens.parquet", tokens_frame(rows, t0_ns))
+        shutil.rmtree(self.path / PARTS, ignore_errors=True)
+
+
+def read_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not (p / "manifest.json").is_file():
+        raise ResultsError(f"{p}: not a loadgen results folder (no manifest.json)")
+    try:
+        manifest = orjson.loads((p / "manifest.json").read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ResultsError(f"{p / 'manifest.json'}: not valid JSON: {e}") from None
+    try:
+        if (p / "requests.parquet").is_file():
+            requests = pl.read_parquet(p / "requests.parquet")
+            tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
+                      else pl.DataFrame(schema=TOKEN_SCHEMA))
+        elif (p / PARTS).is_dir():  # a run that was killed before it could finish its files
+            requests = _concat(sorted((p / PARTS).glob("requests-*.parquet")), REQUEST_SCHEMA)
+            tokens = _concat(sorted((p / PARTS).glob("tokens-*.parquet")), TOKEN_SCHEMA)
+        else:
+            raise ResultsError(f"{p}: no requests.parquet")
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ResultsError(f"{p}: unreadable results: {e}") from None
+    missing = set(REQUEST_SCHEMA) - set(requests.columns)
+    if missing:
+        raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")
+    return Run(p, manifest, requests, tokens)
+
+
+def _concat(files: list[Path], schema: dict) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(f) for f in files]) if files else pl.DataFrame(schema=schema)

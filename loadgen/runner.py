@@ -1,0 +1,146 @@
+"""The open-loop dispatcher. It executes one slice of a schedule (all of it, in a single process).
+
+Contract:
+- rows arrive with `intended_ns` absolute (t0 + the plan's offset) and sorted; `bodies[i]` is row i's body;
+- the dispatch loop waits for each row's absolute deadline and starts the request as a task; it never
+  waits for a response, so a slow server cannot slow the schedule;
+- with max_concurrency > 0, a request whose time has come but finds no free slot waits in a FIFO; it
+  starts when a slot frees (`slot_wait_ns` records how long) and is `dropped` if the run ends first.
+  Without a cap there is no queue anywhere in the client (the transport has no connection limit);
+- after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
+  `timeout` (error_kind drain_timeout);
+- `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
+  started become `cancelled`. Every row gets exactly one outcome.
+"""
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections import deque
+from collections.abc import Sequence
+
+from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, TIMEOUT,
+                              Recorder, Row)
+from loadgen.transport import TransportError
+
+
+class Runner:
+    def __init__(self, rows: Sequence[Row], bodies: Sequence[bytes], backend, transport, clock,
+                 recorder: Recorder, *, max_concurrency: int = 0,
+                 request_timeout_ns: int = 120_000_000_000, drain_timeout_ns: int = 30_000_000_000,
+                 headers: dict[str, str] | None = None):
+        self.rows, self.bodies = rows, bodies
+        self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
+        self.max_concurrency = max_concurrency
+        self.request_timeout_s = request_timeout_ns / 1e9
+        self.drain_timeout_s = drain_timeout_ns / 1e9
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.in_flight: dict[asyncio.Task, Row] = {}
+        self.waiting: deque[tuple[int, int]] = deque()  # (row index, ns its time came)
+        self.dispatched = 0
+        self._dispatch_done = False
+        self._idle = asyncio.Event()
+        self._cut_off_as = (INTERRUPTED, "interrupted")
+
+    async def run(self, stop: asyncio.Event) -> str:
+        """Returns "complete" or "interrupted"."""
+        dispatcher = asyncio.create_task(self._dispatch())
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({dispatcher, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                dispatcher.result()  # re-raise a bug in the dispatcher rather than hide it
+                idle = asyncio.create_task(self._idle.wait())
+                await asyncio.wait({idle, stopped}, timeout=self.drain_timeout_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                idle.cancel()
+            dispatcher.cancel()
+            await asyncio.gather(dispatcher, return_exceptions=True)
+            if stop.is_set():
+                await self._cut_off(INTERRUPTED, "interrupted", CANCELLED)
+                return "interrupted"
+            await self._cut_off(TIMEOUT, "drain_timeout", DROPPED)
+            return "complete"
+        finally:
+            dispatcher.cancel()
+            stopped.cancel()
+
+    async def _dispatch(self) -> None:
+        clock, cap = self.clock, self.max_concurrency
+        for i, row in enumerate(self.rows):
+            await clock.sleep_until(row.intended_ns)
+            if cap and len(self.in_flight) >= cap:
+                self.waiting.append((i, clock.now_ns()))
+            else:
+                self._start(i, 0)
+        self._dispatch_done = True
+        self._check_idle()
+
+    def _start(self, i: int, slot_wait_ns: int) -> None:
+        row = self.rows[i]
+        row.dispatched_ns = self.clock.now_ns()
+        row.slot_wait_ns = slot_wait_ns
+        self.dispatched += 1
+        task = asyncio.create_task(self._execute(row, self.bodies[i]))
+        self.in_flight[task] = row
+        task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        del self.in_flight[task]
+        if self.waiting and not self._idle.is_set():
+            i, came_ns = self.waiting.popleft()
+            self._start(i, self.clock.now_ns() - came_ns)
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self._dispatch_done and not self.in_flight and not self.waiting:
+            self._idle.set()
+
+    async def _cut_off(self, in_flight_outcome: str, kind: str, unstarted_outcome: str) -> None:
+        self._cut_off_as = (in_flight_outcome, kind)
+        self._idle.set()  # no more starts from the waiting queue
+        tasks = list(self.in_flight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        detail = ("held back by max_concurrency until the run ended" if unstarted_outcome == DROPPED
+                  else "the run was stopped before this request started")
+        for row in self.rows:
+            if row.outcome is None and row.dispatched_ns is None:
+                row.fail(unstarted_outcome, unstarted_outcome, detail)
+                self.recorder.finish(row)
+        self.waiting.clear()
+
+    async def _execute(self, row: Row, body: bytes) -> None:
+        now = self.clock.now_ns
+        read_t: array = array("q")
+        reads: list[bytes] = []
+        streamed = False
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                headers = {**self.headers, "X-Request-Id": row.request_id}
+                async with self.transport.post(self.backend.path, headers, body, row) as resp:
+                    row.response_ns = now()
+                    row.http_status = resp.status
+                    if resp.status != 200:
+                        detail = (await resp.read()).decode("utf-8", "replace")
+                        row.fail(HTTP_ERROR, f"http_{resp.status}", detail)
+                    else:
+                        streamed = True
+                        # The hot path: one clock read and two appends per read; parsing comes later.
+                        async for data in resp.reads():
+                            read_t.append(now())
+                            reads.append(data)
+        except TimeoutError:
+            row.fail(TIMEOUT, "request_timeout", f"no complete response within {self.request_timeout_s:g}s")
+        except TransportError as e:
+            row.fail(CONNECTION_ERROR, e.kind, e.detail)
+        except asyncio.CancelledError:
+            row.fail(*self._cut_off_as)
+        except Exception as e:  # an unexpected client-side failure still yields the row
+            row.fail(CONNECTION_ERROR, "client_error", f"{type(e).__name__}: {e}")
+        finally:
+            row.done_ns = now()
+            if streamed:
+                self.backend.interpret(row, read_t, reads)
+            self.recorder.finish(row)

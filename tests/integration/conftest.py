@@ -1,0 +1,49 @@
+import subprocess
+import sys
+import textwrap
+
+import orjson
+import pytest
+
+from loadgen.sim.process import SimProcess
+
+
+@pytest.fixture(scope="module")
+def fixed_sim(tmp_path_factory):
+    """`loadgen sim --mode fixed` (TTFT 50 ms, ITL 10 ms) on a free loopback port, stopped by PID."""
+    truth = tmp_path_factory.mktemp("sim") / "truth.jsonl"
+    sim = SimProcess(args=["--mode", "fixed", "--ttft", "50ms", "--itl", "10ms", "--truth", str(truth)])
+    sim.start()
+    yield sim
+    sim.stop()
+
+
+def workload(tmp_path, *, rate="20/s", requests=60, max_tokens=32, api="completions", extra="") -> str:
+    p = tmp_path / "w.toml"
+    p.write_text(textwrap.dedent(f"""
+        model = "sim"
+        api = "{api}"
+        seed = 3
+        [arrivals]
+        process = "poisson"
+        rate = "{rate}"
+        [run]
+        requests = {requests}
+        drain_timeout = "10s"
+        [prompt]
+        tokens = {{ dist = "uniform", min = 16, max = 64 }}
+        [output]
+        tokens = {max_tokens}
+        """) + extra)
+    return str(p)
+
+
+def loadgen(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def report_json(run_dir: str) -> dict:
+    p = loadgen("report", run_dir, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return orjson.loads(p.stdout)

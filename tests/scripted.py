@@ -1,0 +1,105 @@
+"""Test doubles: a virtual-time event loop and a byte-scripted HTTP transport (no sockets, no sleeps).
+
+VirtualTimeLoop: asyncio's selector loop whose clock only moves when nothing is ready: the selector
+polls real file descriptors without blocking, then jumps time to the next timer. So `asyncio.sleep(1)`
+returns at once with loop.time() exactly 1 s later, and every schedule runs exactly as planned.
+"""
+from __future__ import annotations
+
+import asyncio
+import selectors
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from loadgen.transport import TransportError
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self):
+        super().__init__()
+        self.now_ns = 0
+
+    def select(self, timeout=None):
+        ready = super().select(0)
+        if not ready:
+            if timeout is None:
+                raise RuntimeError("virtual-time loop would wait forever: nothing scheduled")
+            # Round to the nearest ns: asyncio fires timers within its clock resolution (1 ns) of due.
+            self.now_ns += max(0, round(timeout * 1e9))
+        return ready
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    def __init__(self):
+        self._jumping = _JumpingSelector()
+        super().__init__(selector=self._jumping)
+
+    def time(self) -> float:
+        return self._jumping.now_ns / 1e9
+
+
+def run_virtual(coro):
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+@dataclass
+class Script:
+    """What the scripted server does for one request: wait `headers_s`, answer `status`, then send
+    each (delay_s, bytes) in turn; `fail` raises a TransportError(kind) after the last step."""
+    steps: list[tuple[float, bytes]] = field(default_factory=list)
+    status: int = 200
+    headers_s: float = 0.0
+    fail: str | None = None
+
+
+class _Response:
+    def __init__(self, script: Script):
+        self.status, self._script = script.status, script
+
+    async def read(self) -> bytes:
+        return b"".join(data for _, data in self._script.steps)
+
+    async def reads(self):
+        for delay_s, data in self._script.steps:
+            if delay_s:
+                await asyncio.sleep(delay_s)
+            yield data
+        if self._script.fail:
+            raise TransportError(self._script.fail, "scripted failure")
+
+
+class ScriptedTransport:
+    def __init__(self, script_for: Callable[[str], Script]):
+        self.script_for = script_for  # request_id -> Script
+        self.requests: list[tuple[str, dict, bytes]] = []
+
+    @asynccontextmanager
+    async def post(self, path: str, headers: dict, body: bytes, row):
+        self.requests.append((path, headers, body))
+        loop = asyncio.get_running_loop()
+        row.connected_ns = row.sent_ns = round(loop.time() * 1e9)
+        script = self.script_for(headers["X-Request-Id"])
+        if script.headers_s:
+            await asyncio.sleep(script.headers_s)
+        yield _Response(script)
+
+
+def sse(*payloads: bytes | str) -> bytes:
+    return b"".join(b"data: " + (p.encode() if isinstance(p, str) else p) + b"\n\n" for p in payloads)
+
+
+def completion_stream(n_tokens: int, ttft_s: float, itl_s: float, *, usage: bool = True) -> Script:
+    """A /v1/completions stream: first token after ttft_s, then one every itl_s, usage, [DONE]."""
+    steps = [(ttft_s if i == 0 else itl_s, sse(f'{{"choices":[{{"index":0,"text":"w{i} ","finish_reason":'
+                                              f'{"null" if i < n_tokens - 1 else chr(34) + "length" + chr(34)}}}]}}'))
+             for i in range(n_tokens)]
+    tail = b""
+    if usage:
+        tail += sse(f'{{"choices":[],"usage":{{"prompt_tokens":8,"completion_tokens":{n_tokens}}}}}')
+    steps.append((0.0, tail + sse("[DONE]")))
+    return Script(steps)
