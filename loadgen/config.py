@@ -5,6 +5,7 @@ A workload file (see workloads/quickstart.toml):
     name = "quickstart"            # optional, defaults to the file's stem
     model = "sim-llama-8b"
     api = "chat"                   # completions | chat
+    backend = "openai"             # openai | ollama | llamacpp (the server's API family)
     seed = 42
 
     [arrivals]
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.arrivals import PROCESSES
+from loadgen.backends import BACKENDS
 from loadgen.units import parse_duration_ns, parse_rate_per_s
 
 APIS = ("completions", "chat")
@@ -90,6 +92,12 @@ class RunConfig:
     out: str | None = None
     sim_args: tuple[str, ...] = ()  # flags for the built-in simulator when url is None
     source: str = ""                # the workload file, for messages and the manifest
+    # --- explain (issue 6): backend family, idle-server calibration, /metrics scraping ---
+    backend: str = "openai"         # openai | ollama | llamacpp
+    calibrate: bool = True          # probe the idle server before the run (analysis/calibrate.py)
+    scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
+    scrape_interval_ns: int = 500_000_000
+    # --- end explain ---
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -116,7 +124,7 @@ def redact_url(url: str) -> str:
 
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
 _KEYS = {
-    "": {"name", "model", "api", "seed", "arrivals", "run", "prompt", "output", "request"},
+    "": {"name", "model", "api", "backend", "seed", "arrivals", "run", "prompt", "output", "request"},
     "arrivals": {"process", "rate", "burstiness"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout"},
     "prompt": {"tokens"},
@@ -130,6 +138,7 @@ FLAG_KEYS = {
     "--requests": "run.requests", "--duration": "run.duration", "--max-concurrency": "run.max_concurrency",
     "--prompt-tokens": "prompt.tokens", "--max-tokens": "output.tokens",
     "--warmup-requests": "run.warmup_requests",
+    "--backend": "backend",
 }
 
 
@@ -259,6 +268,7 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
     if not isinstance(model, str) or not model:
         bad("model", f"must be a non-empty string, got {model!r}")
     api = choice("api", APIS, "completions")
+    backend = choice("backend", BACKENDS, "openai")
     seed = integer("seed", 0, 0)
     process = choice("arrivals.process", PROCESSES, "poisson")
     rate = 1.0
@@ -310,6 +320,7 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         out=out,
         sim_args=tuple(sim_args),
         source=source,
+        backend=backend,
     )
     if url is not None and not url.startswith(("http://", "https://")):
         problems.append(f"--url: must start with http:// or https://, got {url!r}")

@@ -24,12 +24,14 @@ import numpy as np
 import uvloop
 
 from loadgen import __version__
-from loadgen.backends.openai import OpenAIBackend
+from loadgen.backends import make_backend
 from loadgen.clock import Clock
 from loadgen.config import RunConfig, redact_url
 from loadgen.prompts import synthetic_text
 from loadgen.recorder import Recorder, Row
-from loadgen.results import SCHEMA_VERSION, RunWriter
+from loadgen.calibrate import fit, probe_record, probe_rows
+from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
+from loadgen.scrape import Scraper
 from loadgen.runner import Runner
 from loadgen.schedule import Schedule, build, text_seed
 from loadgen.sim.process import SimProcess
@@ -56,7 +58,7 @@ def default_out(config: RunConfig) -> Path:
     return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def request_bodies(config: RunConfig, schedule: Schedule, backend: OpenAIBackend) -> list[bytes]:
+def request_bodies(config: RunConfig, schedule: Schedule, backend) -> list[bytes]:
     rng = np.random.default_rng(text_seed(config))
     return [backend.body(synthetic_text(int(p), rng), int(m))
             for p, m in zip(schedule.prompt_tokens, schedule.max_tokens)]
@@ -64,7 +66,7 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend: OpenAIBackend
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
     schedule = build(config)
-    backend = OpenAIBackend(config.api, config.model, config.extra_body)
+    backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     bodies = request_bodies(config, schedule, backend)
     writer = RunWriter(config.out or default_out(config))
     writer.prepare()
@@ -90,6 +92,12 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         loop.add_signal_handler(sig, stop.set)
     clock = Clock()
     run_id = secrets.token_hex(4)
+    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    # --- explain (issue 6): probe the idle server before t0 ---
+    calibration = None
+    if config.calibrate:
+        calibration = await _calibrate(config, backend, url, headers, clock, writer, progress)
+    # --- end explain ---
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
     t0 = mono_now + START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
@@ -99,7 +107,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
         "config": config.to_manifest(), "seed": config.seed,
-        "target": {"url": redact_url(url), "backend": "openai", "api": config.api,
+        "target": {"url": redact_url(url), "backend": config.backend, "api": config.api,
                    "builtin_sim": builtin_sim},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
                "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, timezone.utc).isoformat()},
@@ -112,7 +120,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
-    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
+    scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     async with AiohttpTransport(url, headers) as transport:
         runner = Runner(rows, bodies, backend, transport, clock, recorder,
                         max_concurrency=config.max_concurrency,
@@ -126,6 +135,19 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
             flusher.cancel()
             ticker.cancel()
             await asyncio.gather(flusher, ticker, return_exceptions=True)
+            if scrape_task is not None:
+                scrape_task.cancel()
+                await asyncio.gather(scrape_task, return_exceptions=True)
+                await scraper.final_sample()
+    if scraper is not None:
+        write_parquet(writer.path / "server_metrics.parquet", scraper.frame())
+        manifest["scrape"] = scraper.summary()
+        if scraper.errors:
+            _say(progress, f"warning: {scraper.errors} of {scraper.errors + scraper.scrapes} /metrics scrapes "
+                           f"failed; last: {scraper.last_error}")
+    manifest["calibration"] = ("calibration.json" if calibration else
+                               "off (--no-calibrate): without server timings, queue and prefill cannot be "
+                               "separated" if not config.calibrate else "failed")
     reasons = check_generator(rows) if status == "complete" else []
     if reasons:
         status = "invalid"
@@ -137,6 +159,28 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     for reason in reasons:
         _say(progress, f"INVALID RUN: {reason}")
     return RunOutcome(writer.path, status, reasons)
+
+
+async def _calibrate(config: RunConfig, backend, url: str, headers: dict, clock: Clock, writer: RunWriter,
+                     progress: TextIO | None) -> dict | None:
+    """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
+    rows = probe_rows(config, clock.now_ns())
+    rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
+    bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
+    _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
+                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})})")
+    async with AiohttpTransport(url, headers) as transport:
+        runner = Runner(rows, bodies, backend, transport, clock, Recorder(rows), max_concurrency=1,
+                        request_timeout_ns=config.request_timeout_ns,
+                        drain_timeout_ns=config.request_timeout_ns * len(rows))
+        await runner.run(asyncio.Event())
+    try:
+        calibration = fit([probe_record(r) for r in rows[1:]])
+    except ValueError as e:
+        _say(progress, f"warning: calibration failed ({e}); queue and prefill will not be separated")
+        return None
+    write_json(writer.path / "calibration.json", calibration)
+    return calibration
 
 
 def check_generator(rows: list[Row]) -> list[str]:

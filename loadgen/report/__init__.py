@@ -25,6 +25,10 @@ def to_text(summary: dict) -> str:
     for m in METRICS:
         d = summary["latency_ms"][m]
         lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    if "decomposition_ms" in summary:  # explain (issue 6)
+        from loadgen.report.explain_text import explain_lines
+
+        lines += explain_lines(summary)
     if not summary["valid"]:
         lines.append("")
         lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]

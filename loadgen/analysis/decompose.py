@@ -1,0 +1,187 @@
+"""Where each request's time went: the one place that defines every component of the decomposition.
+
+Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally calibration.json
+(analysis/calibrate.py). Only ok, non-warm-up rows are decomposed. Every component is in ms.
+
+    e2e        = last_token - intended                       (what the user waited, from the plan)
+    send_lag   = dispatched - intended                       (the generator's own lateness)
+    connect    = connected - dispatched                      (0 on a reused connection)
+    queue      time the server held the request before it started its prefill
+    prefill    time from the start of prefill to the first token
+    decode     last token - first token
+      decode_ideal       idle-server ITL x (output_tokens - 1): what decoding alone would have cost
+      decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py)
+      decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower)
+    other      e2e - send_lag - connect - queue - prefill - decode: network, HTTP, tokenization,
+               the server's own overhead (explicit residual, may be slightly negative from rounding)
+
+`method` says how queue and prefill were obtained, best first:
+    server_timings  the server reported them: vLLM's per-request `metrics` (queue_time_ms,
+                    time_to_first_token_ms = scheduled -> first token, generation_time_ms), Ollama's
+                    durations, llama.cpp's timings (backends/*.py fill server_*_ms). decode is the
+                    server's decode time when given. Where only prefill is given (llama.cpp) the queue
+                    is derived: ttft_from_send - connect - prefill.
+    calibrated      an estimate: prefill(L) = a + b*L + c*L^2 fitted on the idle server before the run
+                    (L = prompt tokens), clipped to [0, ttft_from_send - connect];
+                    queue = ttft_from_send - connect - prefill(L). Under load a prefill shares its
+                    steps with running decodes, so part of its slowdown is counted as queue.
+    none            no timings and no calibration (--no-calibrate): queue and prefill are null and the
+                    whole server-side TTFT lands in `other`.
+decode_ideal uses the calibrated idle ITL (itl(L) = d + e*L); without calibration, the p5 over requests
+of their median gap (the fastest streams of the run), which overstates the ideal under steady load.
+Server histograms (vllm:request_{queue,prefill,decode}_time_seconds deltas) are an aggregate
+cross-check only: see `histogram_crosscheck`.
+
+"At p99" = the mean decomposition of the requests whose e2e (or ttft) is at or beyond its p99.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from loadgen.analysis.stalls import StallRule, attribute_stalls, gaps
+from loadgen.results import Run
+
+COMPONENTS = ("send_lag", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
+              "decode_stalls", "other")
+COLUMNS = ("request_id", "method", "e2e_ms", *(f"{c}_ms" for c in COMPONENTS), "stall_causes")
+# Context kept beside the contract columns (for windows and per-length tables).
+EXTRA = ("intended_ns", "prompt_tokens", "output_tokens", "ttft_ms", "tpot_ms")
+NS_PER_MS = 1e6
+
+
+def _poly(coef: list[float], x: pl.Expr) -> pl.Expr:
+    out = pl.lit(0.0)
+    for i, c in enumerate(coef):
+        out = out + float(c) * x.cast(pl.Float64) ** i
+    return out
+
+
+def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None = None) -> pl.DataFrame:
+    req = run.requests.lazy().filter(~pl.col("warmup") & (pl.col("outcome") == "ok")
+                                     & pl.col("first_token_ns").is_not_null())
+    L = pl.coalesce("prompt_tokens", "planned_prompt_tokens")
+    ms = lambda a, b: (pl.col(a) - pl.col(b)) / NS_PER_MS  # noqa: E731
+    base = req.with_columns(
+        L.alias("prompt_tokens"),
+        e2e_ms=ms("last_token_ns", "intended_ns"),
+        send_lag_ms=ms("dispatched_ns", "intended_ns"),
+        connect_ms=pl.coalesce(ms("connected_ns", "dispatched_ns"), pl.lit(0.0)).clip(lower_bound=0),
+        ttft_ms=ms("first_token_ns", "intended_ns"),
+        ttft_from_send_ms=ms("first_token_ns", "dispatched_ns"),
+        client_decode_ms=ms("last_token_ns", "first_token_ns"),
+        tpot_ms=pl.when(pl.col("output_tokens") > 1)
+        .then(ms("last_token_ns", "first_token_ns") / (pl.col("output_tokens") - 1)),
+    )
+    server_side = pl.col("ttft_from_send_ms") - pl.col("connect_ms")  # server TTFT + network
+    has_timings = pl.col("server_prefill_ms").is_not_null()
+    if calibration:
+        est_prefill = _poly(calibration["prefill_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
+        est_prefill = pl.min_horizontal(est_prefill, server_side.clip(lower_bound=0))
+        itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
+        fallback = "calibrated"
+    else:
+        est_prefill = pl.lit(None, pl.Float64)
+        itl = None
+        fallback = "none"
+    d = base.with_columns(
+        method=pl.when(has_timings).then(pl.lit("server_timings")).otherwise(pl.lit(fallback)),
+        prefill_ms=pl.when(has_timings).then(pl.col("server_prefill_ms")).otherwise(est_prefill),
+        decode_ms=pl.coalesce("server_decode_ms", "client_decode_ms"),
+    ).with_columns(
+        queue_ms=pl.when(has_timings & pl.col("server_queue_ms").is_not_null())
+        .then(pl.col("server_queue_ms"))
+        .otherwise((server_side - pl.col("prefill_ms")).clip(lower_bound=0)),
+    ).collect()
+    if itl is None:
+        itl = pl.lit(_fastest_itl_ms(run.tokens, d["request_id"]))
+    d = d.with_columns(decode_ideal_ms=(itl * (pl.col("output_tokens") - 1).clip(lower_bound=0)))
+    stalls = attribute_stalls(run.tokens, d, rule or StallRule())
+    d = d.join(stalls, on="request_id", how="left").with_columns(
+        pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),
+        decode_stalls_ms=pl.min_horizontal(
+            pl.col("stall_ms").fill_null(0.0),
+            (pl.col("decode_ms") - pl.col("decode_ideal_ms")).clip(lower_bound=0)),
+    ).with_columns(
+        decode_contention_ms=pl.col("decode_ms") - pl.col("decode_ideal_ms") - pl.col("decode_stalls_ms"),
+        other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("connect_ms")
+        - pl.col("queue_ms").fill_null(0) - pl.col("prefill_ms").fill_null(0) - pl.col("decode_ms"),
+    )
+    return d.select(*COLUMNS, *EXTRA).sort("intended_ns")
+
+
+def _fastest_itl_ms(tokens: pl.DataFrame, ids: pl.Series) -> float:
+    g = gaps(tokens.lazy().filter(pl.col("request_id").is_in(ids.implode())))
+    per = g.group_by("request_id").agg((pl.col("gap_ns") / pl.col("k")).median().alias("m")).collect()
+    return float(per["m"].quantile(0.05) or 0.0) / NS_PER_MS if per.height else 0.0
+
+
+def _means(df: pl.DataFrame) -> dict[str, float | None]:
+    if df.height == 0:
+        return {c: None for c in COMPONENTS}
+    row = df.select(pl.col(f"{c}_ms").mean().alias(c) for c in COMPONENTS).row(0, named=True)
+    return {c: (None if v is None else float(v)) for c, v in row.items()}
+
+
+def aggregate(d: pl.DataFrame) -> dict:
+    """The `decomposition_ms` block of summary.json."""
+    out = {"mean": _means(d), "n": d.height}
+    for key, col in (("p99_e2e", "e2e_ms"), ("p99_ttft", "ttft_ms")):
+        if d.height:
+            cut = d[col].quantile(0.99, interpolation="linear")
+            tail = d.filter(pl.col(col) >= cut)
+        else:
+            cut, tail = None, d
+        out[key] = {**_means(tail), "n": tail.height, "threshold_ms": cut}
+    methods = d["method"].unique().sort().to_list() if d.height else []
+    out["method"] = methods[0] if len(methods) == 1 else ("mixed: " + ", ".join(methods) if methods else None)
+    out["e2e_mean"] = float(d["e2e_ms"].mean()) if d.height else None
+    out["stalls"] = {"requests_stalled": int((d["decode_stalls_ms"] > 0).sum()) if d.height else 0,
+                     "total_ms": float(d["decode_stalls_ms"].sum()) if d.height else 0.0}
+    return out
+
+
+def by_window(d: pl.DataFrame, window_ns: int = 5_000_000_000) -> list[dict]:
+    """Mean components per window of intended send time (queueing building up shows here)."""
+    if d.height == 0:
+        return []
+    w = (d.with_columns(window=(pl.col("intended_ns") // window_ns))
+         .group_by("window").agg(pl.len().alias("n"), *(pl.col(f"{c}_ms").mean().alias(c) for c in COMPONENTS))
+         .sort("window"))
+    return [{"t_s": r.pop("window") * window_ns / 1e9, **r} for r in w.iter_rows(named=True)]
+
+
+def by_prompt_tokens(d: pl.DataFrame, bins: int = 4) -> list[dict]:
+    """TTFT, TPOT, queue and prefill by prompt length (quantile bins): prefill cost shows as TTFT rising
+    with length while TPOT stays flat."""
+    if d.height == 0:
+        return []
+    edges = sorted(set(d["prompt_tokens"].quantile(q / bins, interpolation="lower") for q in range(bins + 1)))
+    if len(edges) == 1:
+        edges = [edges[0], edges[0]]
+    labelled = d.with_columns(bin=pl.col("prompt_tokens").cut(edges[1:-1], left_closed=True).to_physical())
+    t = (labelled.group_by("bin").agg(
+        pl.len().alias("n"), pl.col("prompt_tokens").min().alias("prompt_tokens_min"),
+        pl.col("prompt_tokens").max().alias("prompt_tokens_max"),
+        pl.col("ttft_ms").median().alias("ttft_p50"), pl.col("tpot_ms").median().alias("tpot_p50"),
+        pl.col("queue_ms").mean().alias("queue_mean"), pl.col("prefill_ms").mean().alias("prefill_mean"))
+        .sort("prompt_tokens_min").drop("bin"))
+    return t.to_dicts()
+
+
+def histogram_crosscheck(metrics: pl.DataFrame | None) -> dict | None:
+    """Mean queue/prefill/decode (ms) from the server's histogram deltas (_sum/_count, last - first
+    sample over the run). Coarse: vLLM's buckets are wide, but sum/count give an exact mean."""
+    if metrics is None or metrics.height == 0:
+        return None
+    out = {}
+    for comp, name in (("queue", "vllm:request_queue_time_seconds"), ("prefill", "vllm:request_prefill_time_seconds"),
+                       ("decode", "vllm:request_decode_time_seconds")):
+        delta = {}
+        for suffix in ("_sum", "_count"):
+            s = (metrics.filter(pl.col("name") == name + suffix).group_by("labels")
+                 .agg((pl.col("value").sort_by("t_ns").last() - pl.col("value").sort_by("t_ns").first()).alias("d")))
+            delta[suffix] = float(s["d"].sum()) if s.height else 0.0
+        if delta["_count"] > 0:
+            out[comp] = delta["_sum"] / delta["_count"] * 1e3
+            out["n"] = int(delta["_count"])
+    return out or None

@@ -1,0 +1,133 @@
+"""Diagnosis: rules that say in plain words what a run shows, each with its evidence and the usual remedy.
+
+Each rule reads the `Facts` of a run (built by analysis/explain.py from the decomposition, the server's
+/metrics samples and the roofline) and returns a Finding or None. Thresholds are named constants here,
+so a finding can always be traced to the numbers that fired it.
+
+  kv_capacity      queue >= QUEUE_DOMINANT of mean TTFT, the server reports requests waiting (> 0) and
+                   KV cache usage >= KV_FULL: the KV pool, not compute, limits admission
+  overload         queue >= QUEUE_DOMINANT of mean TTFT without a full KV pool (or no /metrics):
+                   requests arrive faster than the server finishes them, or a max-num-seqs cap holds them
+  prefill_stalls   stalls caused by other requests' prefills are >= STALL_SHARE of decode time
+  prefill_cost     median TTFT of the longest-prompt bin >= TTFT_GROWTH x the shortest bin's while
+                   queue < QUEUE_SMALL of mean TTFT: TTFT is prefill work, it grows with prompt length
+  below_ceiling    single-stream decode below CEILING_FRACTION of the bandwidth ceiling (roofline.py)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from loadgen.scrape import KV_USAGE, WAITING
+
+QUEUE_DOMINANT = 0.5
+QUEUE_SMALL = 0.2
+KV_FULL = 0.95
+STALL_SHARE = 0.10
+TTFT_GROWTH = 1.5
+CEILING_FRACTION = 0.5
+
+
+@dataclass
+class Facts:
+    mean: dict                      # decomposition means (ms), decompose.aggregate()["mean"]
+    ttft_mean_ms: float | None
+    by_prompt: list[dict]           # decompose.by_prompt_tokens()
+    stalled_requests: int = 0
+    requests: int = 0
+    max_waiting: float | None = None    # from /metrics, None when not scraped
+    max_kv_usage: float | None = None
+    roofline: dict | None = None
+
+
+def facts_from_metrics(metrics: pl.DataFrame | None) -> tuple[float | None, float | None]:
+    if metrics is None or metrics.height == 0:
+        return None, None
+
+    def top(names: tuple[str, ...]) -> float | None:
+        v = metrics.filter(pl.col("name").is_in(list(names)))["value"]
+        return float(v.max()) if v.len() else None
+
+    return top(WAITING), top(KV_USAGE)
+
+
+def _share(f: Facts, comp: str) -> float | None:
+    v = f.mean.get(comp)
+    return None if v is None or not f.ttft_mean_ms else v / f.ttft_mean_ms
+
+
+def kv_capacity(f: Facts) -> dict | None:
+    q = _share(f, "queue")
+    if q is None or q < QUEUE_DOMINANT or not f.max_waiting or (f.max_kv_usage or 0) < KV_FULL:
+        return None
+    return {"rule": "kv_capacity", "finding": f"{q:.0%} of mean TTFT is queueing while the KV cache is full "
+            f"(usage peaked at {f.max_kv_usage:.0%}, up to {f.max_waiting:g} requests waiting): KV capacity "
+            "limits how many requests run at once.",
+            "evidence": {"queue_share_of_ttft": q, "max_kv_usage": f.max_kv_usage, "max_waiting": f.max_waiting},
+            "remedy": "Give the KV cache more room (higher gpu-memory-utilization, an fp8 KV cache, a smaller "
+                      "max-model-len), shorten prompts/outputs, or add replicas."}
+
+
+def overload(f: Facts) -> dict | None:
+    q = _share(f, "queue")
+    if q is None or q < QUEUE_DOMINANT or (f.max_kv_usage is not None and f.max_kv_usage >= KV_FULL
+                                           and f.max_waiting):
+        return None
+    seen = "" if f.max_kv_usage is None else f" (KV usage peaked at {f.max_kv_usage:.0%}, not full)"
+    return {"rule": "overload", "finding": f"{q:.0%} of mean TTFT is queueing{seen}: requests arrive faster "
+            "than the server completes them, or a concurrency cap (max-num-seqs) holds them back.",
+            "evidence": {"queue_share_of_ttft": q, "max_kv_usage": f.max_kv_usage, "max_waiting": f.max_waiting},
+            "remedy": "Lower the request rate to below the saturation point (loadgen sweep), raise max-num-seqs "
+                      "if memory allows, or add replicas."}
+
+
+def prefill_stalls(f: Facts) -> dict | None:
+    dec, st = f.mean.get("decode"), f.mean.get("decode_stalls")
+    if not dec or st is None or st / dec < STALL_SHARE:
+        return None
+    return {"rule": "prefill_stalls", "finding": f"{st / dec:.0%} of decode time is streams stalled by other "
+            f"requests' prefills ({f.stalled_requests} of {f.requests} requests saw such a gap): long prompts "
+            "admitted mid-stream make one long step that every running stream waits for.",
+            "evidence": {"stall_share_of_decode": st / dec, "mean_stall_ms": st, "stalled_requests": f.stalled_requests},
+            "remedy": "Enable chunked prefill or lower max-num-batched-tokens so a prompt is split over several "
+                      "steps (raises that prompt's TTFT a little); or disaggregate prefill and decode."}
+
+
+def prefill_cost(f: Facts) -> dict | None:
+    q = _share(f, "queue")
+    bins = [b for b in f.by_prompt if b.get("ttft_p50") is not None]
+    if len(bins) < 2 or q is None or q >= QUEUE_SMALL:
+        return None
+    lo, hi = bins[0], bins[-1]
+    if not lo["ttft_p50"] or hi["ttft_p50"] / lo["ttft_p50"] < TTFT_GROWTH:
+        return None
+    tpot = "" if lo.get("tpot_p50") is None or hi.get("tpot_p50") is None else (
+        f"; TPOT {lo['tpot_p50']:.1f} -> {hi['tpot_p50']:.1f} ms")
+    return {"rule": "prefill_cost", "finding": f"TTFT grows with prompt length (p50 {lo['ttft_p50']:.1f} ms at "
+            f"{lo['prompt_tokens_min']}-{lo['prompt_tokens_max']} tokens -> {hi['ttft_p50']:.1f} ms at "
+            f"{hi['prompt_tokens_min']}-{hi['prompt_tokens_max']}{tpot}) while queueing is only {q:.0%} of TTFT: "
+            "TTFT is prefill work.",
+            "evidence": {"ttft_growth": hi["ttft_p50"] / lo["ttft_p50"], "queue_share_of_ttft": q,
+                         "shortest_bin": lo, "longest_bin": hi},
+            "remedy": "Shorten prompts, reuse shared prefixes (prefix caching), or give prefill more compute."}
+
+
+def below_ceiling(f: Facts) -> dict | None:
+    r = f.roofline
+    if not r or r.get("fraction_of_ceiling") is None or r["fraction_of_ceiling"] >= CEILING_FRACTION:
+        return None
+    return {"rule": "below_ceiling", "finding": f"single-stream decode runs at {r['measured_single_stream_tok_s']:.1f} "
+            f"tokens/s, {r['fraction_of_ceiling']:.0%} of the {r['single_stream_ceiling_tok_s']:.1f} tokens/s that "
+            f"{r['bandwidth']} allows: the serving stack, not the memory bandwidth, sets the pace.",
+            "evidence": {k: r[k] for k in ("measured_single_stream_tok_s", "single_stream_ceiling_tok_s",
+                                           "fraction_of_ceiling", "measured_from")},
+            "remedy": "Look at the stack: CUDA graphs off, CPU-bound scheduling or detokenization, an "
+                      "unquantized or mis-sharded model, small-batch kernels."}
+
+
+RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling)
+
+
+def diagnose(f: Facts) -> list[dict]:
+    return [finding for rule in RULES if (finding := rule(f)) is not None]

@@ -1,0 +1,91 @@
+"""`loadgen report`'s explanation: decomposition, windows, per-length table, server cross-check,
+roofline and diagnosis of one results folder (read-only inputs; the caller writes the outputs).
+
+Adds to summary.json:
+    decomposition_ms         {"mean", "p99_e2e", "p99_ttft": {component: ms}, "method", "n", ...}
+    decomposition_windows    [{"t_s", "n", component: mean ms}] per window of intended send time
+    by_prompt_tokens         [{"prompt_tokens_min/max", "n", "ttft_p50", "tpot_p50", "queue_mean", ...}]
+    server_histograms_ms     mean queue/prefill/decode from vLLM's histogram deltas (or null)
+    calibration              the fit (coefficients, residuals) or why there is none
+    roofline                 roofline.py's numbers (only with --device/--bandwidth and --model-config)
+    diagnosis                [{"rule", "finding", "evidence", "remedy"}]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+import polars as pl
+
+from loadgen.analysis import decompose as dec
+from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
+from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
+from loadgen.results import ResultsError, Run
+
+
+@dataclass(frozen=True)
+class ExplainOptions:
+    device: str | None = None
+    bandwidth: str | None = None
+    model_config: str | None = None
+    window_ns: int = 5_000_000_000
+
+
+def load_calibration(run: Run) -> dict | None:
+    p = run.path / "calibration.json" if run.path else None
+    if p is None or not p.is_file():
+        return None
+    try:
+        return orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ResultsError(f"{p}: not valid JSON: {e}") from None
+
+
+def load_metrics(run: Run) -> pl.DataFrame | None:
+    p = run.path / "server_metrics.parquet" if run.path else None
+    if p is None or not p.is_file():
+        return None
+    try:
+        return pl.read_parquet(p)
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ResultsError(f"{p}: unreadable: {e}") from None
+
+
+def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float) -> tuple[float | None, str]:
+    if calibration and calibration["itl_ms"]["coef"] != [0.0]:
+        itl = sum(c * prompt_mean ** i for i, c in enumerate(calibration["itl_ms"]["coef"]))
+        if itl > 0:
+            return 1000.0 / itl, "idle-server probes (calibration.json)"
+    tpot = d["tpot_ms"].drop_nulls()
+    if tpot.len():
+        return 1000.0 / float(tpot.min()), "fastest request of the run (no calibration: an upper bound under load)"
+    return None, "no data"
+
+
+def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl.DataFrame]:
+    calibration = load_calibration(run)
+    metrics = load_metrics(run)
+    d = dec.decompose(run, calibration)
+    agg = dec.aggregate(d)
+    by_len = dec.by_prompt_tokens(d)
+    out: dict = {
+        "decomposition_ms": agg,
+        "decomposition_windows": dec.by_window(d, opts.window_ns),
+        "by_prompt_tokens": by_len,
+        "server_histograms_ms": dec.histogram_crosscheck(metrics),
+        "calibration": ({k: v for k, v in calibration.items() if k != "probes"} if calibration
+                        else run.manifest.get("calibration", "none")),
+        "roofline": None,
+    }
+    if opts.model_config and (opts.device or opts.bandwidth):
+        bw, source = bandwidth_from(opts.device, opts.bandwidth)
+        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
+        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
+        rate, where = _single_stream(calibration, d, prompt_mean)
+        out["roofline"] = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
+    max_waiting, max_kv = facts_from_metrics(metrics)
+    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
+                  by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
+                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=out["roofline"])
+    out["diagnosis"] = diagnose(facts)
+    return out, d

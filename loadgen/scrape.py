@@ -1,0 +1,116 @@
+"""Prometheus `/metrics` sampler (`loadgen run --scrape-metrics`) and the names that matter per server.
+
+During the run, GET {base}/metrics every interval (500 ms by default) and keep every sample as a row
+    t_ns    int64, monotonic ns from t0 at the moment the response was read
+    name    sample name as exposed (`vllm:num_requests_waiting`, `..._bucket`, `..._sum`, `..._total`)
+    labels  the sample's labels, canonical text `k="v",k2="v2"` sorted by key ("" when none)
+    value   float64
+written to `server_metrics.parquet` at the end of the run. Parsing is prometheus_client's text-format
+parser, run after the load ends: during the run a scrape only reads the bytes (parsing a vLLM exposition
+costs milliseconds of CPU on the event loop that stamps tokens and dispatches on schedule). A failed scrape is counted (manifest `scrape.errors`), never fatal: the server's health must
+not decide whether the load run completes.
+
+Metric names by server (vLLM V1; SGLang; llama.cpp's server with `--metrics`; TGI). "-" = not exposed.
+
+| concept                 | vLLM                                  | SGLang                          | llama.cpp                           | TGI                               |
+|-------------------------|---------------------------------------|---------------------------------|-------------------------------------|-----------------------------------|
+| requests running        | vllm:num_requests_running             | sglang:num_running_reqs         | llamacpp:requests_processing        | tgi_batch_current_size            |
+| requests waiting        | vllm:num_requests_waiting             | sglang:num_queue_reqs           | llamacpp:requests_deferred          | tgi_queue_size                    |
+| KV cache usage (0..1)   | vllm:kv_cache_usage_perc              | sglang:token_usage              | llamacpp:kv_cache_usage_ratio       | -                                 |
+| TTFT histogram          | vllm:time_to_first_token_seconds      | sglang:time_to_first_token_seconds | -                                | -                                 |
+| ITL / TPOT histogram    | vllm:inter_token_latency_seconds      | sglang:inter_token_latency_seconds | -                                | tgi_request_mean_time_per_token_duration |
+| e2e histogram           | vllm:e2e_request_latency_seconds      | sglang:e2e_request_latency_seconds | -                                | tgi_request_duration              |
+| queue time              | vllm:request_queue_time_seconds       | sglang:queue_time_seconds       | -                                   | tgi_request_queue_duration        |
+| prefill time            | vllm:request_prefill_time_seconds     | -                               | llamacpp:prompt_seconds_total       | tgi_batch_inference_duration{method="prefill"} |
+| decode time             | vllm:request_decode_time_seconds      | -                               | llamacpp:tokens_predicted_seconds_total | tgi_batch_inference_duration{method="decode"} |
+| preemptions             | vllm:num_preemptions_total            | -                               | -                                   | -                                 |
+| prompt tokens           | vllm:prompt_tokens_total              | sglang:prompt_tokens_total      | llamacpp:prompt_tokens_total        | tgi_request_input_length          |
+| generated tokens        | vllm:generation_tokens_total          | sglang:generation_tokens_total  | llamacpp:tokens_predicted_total     | tgi_request_generated_tokens      |
+
+Names move between releases (vLLM's V0 `vllm:gpu_cache_usage_perc` became `vllm:kv_cache_usage_perc`);
+KV_USAGE and WAITING list the aliases the analysis accepts.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import polars as pl
+from prometheus_client.parser import text_string_to_metric_families
+
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred", "tgi_queue_size")
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing",
+           "tgi_batch_current_size")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
+            "llamacpp:kv_cache_usage_ratio")
+SCHEMA = {"t_ns": pl.Int64, "name": pl.String, "labels": pl.String, "value": pl.Float64}
+
+
+def parse(text: str, t_ns: int) -> list[tuple[int, str, str, float]]:
+    """Every sample of a text exposition as (t_ns, name, labels, value). Raises ValueError on bad text."""
+    out = []
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out.append((t_ns, s.name, labels, float(s.value)))
+    return out
+
+
+def frame(rows: list[tuple[int, str, str, float]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=SCHEMA, orient="row")
+
+
+class Scraper:
+    def __init__(self, base_url: str, t0_ns: int, interval_ns: int = 500_000_000,
+                 headers: dict[str, str] | None = None):
+        self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.t0_ns, self.interval_s = t0_ns, interval_ns / 1e9
+        self.headers = headers or {}
+        self.texts: list[tuple[int, str]] = []
+        self.scrapes = self.errors = 0
+        self.last_error: str | None = None
+
+    async def scrape_once(self, session: aiohttp.ClientSession) -> None:
+        try:
+            async with session.get(self.url, headers=self.headers) as resp:
+                text = await resp.text()
+                t = time.monotonic_ns() - self.t0_ns
+                if resp.status != 200:
+                    raise ValueError(f"HTTP {resp.status}")
+            self.texts.append((t, text))
+            self.scrapes += 1
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            self.errors += 1
+            self.last_error = f"{self.url}: {type(e).__name__}: {e}"
+
+    async def run(self) -> None:
+        """Until cancelled; one last sample is taken by `finish`."""
+        timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 4))
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            self._session = session
+            while True:
+                start = time.monotonic()
+                await self.scrape_once(session)
+                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+
+    async def final_sample(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            await self.scrape_once(session)
+
+    def frame(self) -> pl.DataFrame:
+        """Parse what was read; an exposition that does not parse counts as a failed scrape."""
+        rows: list[tuple[int, str, str, float]] = []
+        for t, text in self.texts:
+            try:
+                rows += parse(text, t)
+            except ValueError as e:
+                self.errors += 1
+                self.scrapes -= 1
+                self.last_error = f"{self.url}: not Prometheus text format: {e}"
+        return frame(rows)
+
+    def summary(self) -> dict:
+        return {"url": self.url, "interval_s": self.interval_s, "scrapes": self.scrapes, "errors": self.errors,
+                "last_error": self.last_error}
