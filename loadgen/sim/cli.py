@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
                 "llama.cpp surfaces) with ground truth.", epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["fixed", "engine"], default="fixed",
+    p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
     p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION", help="fixed mode TTFT (default 50ms)")
     p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION", help="fixed mode ITL (default 10ms)")
@@ -132,11 +132,12 @@ def _make_sim(args, faults):
                                         kv_capacity_tokens=args.kv_capacity_tokens,
                                         prefix_caching=args.prefix_caching)
         backend = EngineBackend(profile, cfg, args.speed, faults.stalls, t0_ns)
-        model, max_model_len = args.model or profile.model, profile.max_model_len
+        model, max_model_len = args.model or profile.model_name, profile.max_model_len
     sim = Sim(backend=backend, model=model, mode=args.mode, speed=args.speed, faults=faults, truth=truth,
               tokens_per_chunk=args.tokens_per_chunk, per_request_metrics=args.per_request_metrics,
               max_model_len=max_model_len)
     sim.t0_ns = t0_ns
+    backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 
     return sim, native_routes()

@@ -97,6 +97,8 @@ class FixedBackend:
         return FixedGeneration(request_id, arrival_ns, prompt_ids, max_tokens, ttft_ns=self.ttft_ns,
                                itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
 
+    metrics = None
+
     def state(self) -> dict:
         return {}
 

@@ -136,7 +136,13 @@ class Sim:
                                  http_status=fault.status, outcome="http_error", **row_args))
             return web.json_response(surface.error_body(fault.status, f"injected fault {label}"),
                                      status=fault.status, headers=headers)
-        gen = self.backend.submit(request_id, arrival_ns, parsed.prompt_ids, parsed.max_tokens)
+        try:
+            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt_ids, parsed.max_tokens)
+        except ValueError as e:
+            self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
+                                 preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
+                                 http_status=400, outcome="http_error", **row_args))
+            return web.json_response(surface.error_body(400, str(e)), status=400, headers=headers)
         ctx.gen = gen
         token_ns: list[int] = []
         lateness_ns: list[int] = []
@@ -160,11 +166,10 @@ class Sim:
             else:
                 resp = await self._whole(request, surface, ctx, fault, headers, token_ns, lateness_ns, state)
             return resp
-        except (ConnectionResetError, asyncio.CancelledError):
-            if state["outcome"] == "interrupted":
-                state["outcome"] = "client_gone"
-                state["finish_ns"] = time.monotonic_ns()
-            raise
+        except ConnectionResetError:  # the client went away; aiohttp ignores a response it cannot send
+            state["outcome"] = "client_gone"
+            state["finish_ns"] = time.monotonic_ns()
+            return web.Response(headers=headers)
         finally:
             gen.cancel()
             if self.in_flight.pop(key, None) is not None:
@@ -236,7 +241,7 @@ class Sim:
             transport.abort()
         state["finish_ns"] = time.monotonic_ns()
         state["outcome"] = "reset"
-        raise asyncio.CancelledError  # nothing more can be written; aiohttp drops the handler
+        return web.Response()  # never sent: the transport is gone (aiohttp ignores the error)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
