@@ -21,10 +21,15 @@ Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally
                     durations, llama.cpp's timings (backends/*.py fill server_*_ms). decode is the
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
-    calibrated      an estimate: prefill(L) = a + b*L + c*L^2 fitted on the idle server before the run
-                    (L = prompt tokens), clipped to [0, ttft_from_send - connect];
-                    queue = ttft_from_send - connect - prefill(L). Under load a prefill shares its
-                    steps with running decodes, so part of its slowdown is counted as queue.
+    calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
+                    on the idle server before the run (L = prompt tokens, calibrate.py), and the
+                    engine's step boundaries seen in every stream's stamps (steps.py): the prefill
+                    started at the step boundary that precedes the first token by at least
+                    0.75 * prefill_idle(L) (at least one step), or when the request was sent if the
+                    engine was idle. prefill = first_token - that start (clipped to
+                    [0, ttft_from_send - connect]); queue = ttft_from_send - connect - prefill.
+                    Under load a prefill shares its step with other prompts and running decodes:
+                    the boundaries put that slowdown in prefill, as the server's own clock would.
     none            no timings and no calibration (--no-calibrate): queue and prefill are null and the
                     whole server-side TTFT lands in `other`.
 decode_ideal uses the calibrated idle ITL (itl(L) = d + e*L); without calibration, the p5 over requests
@@ -39,6 +44,7 @@ from __future__ import annotations
 import polars as pl
 
 from loadgen.analysis.stalls import StallRule, attribute_stalls, gaps
+from loadgen.analysis.steps import scheduled_ns
 from loadgen.results import Run
 
 COMPONENTS = ("send_lag", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
@@ -75,8 +81,12 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
     server_side = pl.col("ttft_from_send_ms") - pl.col("connect_ms")  # server TTFT + network
     has_timings = pl.col("server_prefill_ms").is_not_null()
     if calibration:
-        est_prefill = _poly(calibration["prefill_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
-        est_prefill = pl.min_horizontal(est_prefill, server_side.clip(lower_bound=0))
+        idle = _poly(calibration["prefill_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
+        base = base.collect()
+        base = base.with_columns(scheduled_est_ns=scheduled_ns(run.tokens, base.with_columns(idle.alias("_idle")),
+                                                               pl.col("_idle"))).lazy()
+        est_prefill = pl.min_horizontal(((pl.col("first_token_ns") - pl.col("scheduled_est_ns")) / NS_PER_MS),
+                                        server_side).clip(lower_bound=0)
         itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
         fallback = "calibrated"
     else:
