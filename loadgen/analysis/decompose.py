@@ -165,10 +165,8 @@ def by_prompt_tokens(d: pl.DataFrame, bins: int = 4) -> list[dict]:
     with length while TPOT stays flat."""
     if d.height == 0:
         return []
-    edges = sorted(set(d["prompt_tokens"].quantile(q / bins, interpolation="lower") for q in range(bins + 1)))
-    if len(edges) == 1:
-        edges = [edges[0], edges[0]]
-    labelled = d.with_columns(bin=pl.col("prompt_tokens").cut(edges[1:-1], left_closed=True).to_physical())
+    # equal-count bins by rank; equal lengths share a bin (rank "min")
+    labelled = d.with_columns(bin=((pl.col("prompt_tokens").rank("min") - 1) * bins // d.height))
     t = (labelled.group_by("bin").agg(
         pl.len().alias("n"), pl.col("prompt_tokens").min().alias("prompt_tokens_min"),
         pl.col("prompt_tokens").max().alias("prompt_tokens_max"),

@@ -1,0 +1,41 @@
+"""Prometheus text parsing (scrape.py) and the histogram cross-check (decompose.histogram_crosscheck)."""
+import pytest
+
+from loadgen.analysis.decompose import histogram_crosscheck
+from loadgen.scrape import frame, parse
+
+TEXT = '''# HELP vllm:num_requests_waiting Waiting.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m",engine="0"} 3.0
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{model_name="m",engine="0"} 7.0
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{le="0.1",model_name="m",engine="0"} 1.0
+vllm:request_queue_time_seconds_bucket{le="+Inf",model_name="m",engine="0"} 2.0
+vllm:request_queue_time_seconds_count{model_name="m",engine="0"} {count}
+vllm:request_queue_time_seconds_sum{model_name="m",engine="0"} {sum}
+'''
+
+
+def text(count: float, total: float) -> str:
+    return TEXT.replace("{count}", str(count)).replace("{sum}", str(total))
+
+
+def test_parse_keeps_every_sample_with_canonical_labels():
+    rows = parse(text(2, 0.3), 5)
+    names = [r[1] for r in rows]
+    assert "vllm:num_preemptions_total" in names and "vllm:request_queue_time_seconds_bucket" in names
+    waiting = [r for r in rows if r[1] == "vllm:num_requests_waiting"][0]
+    assert waiting == (5, "vllm:num_requests_waiting", 'engine="0",model_name="m"', 3.0)
+
+
+def test_parse_rejects_what_is_not_the_text_format():
+    with pytest.raises(ValueError):
+        parse("this is { not prometheus\n", 0)
+
+
+def test_histogram_deltas_give_mean_times():
+    # 2 -> 12 requests, 0.3 -> 1.3 s of queueing over the run: mean 100 ms
+    df = frame(parse(text(2, 0.3), 0) + parse(text(12, 1.3), 10**9))
+    assert histogram_crosscheck(df) == {"queue": pytest.approx(100.0), "n": 10}
+    assert histogram_crosscheck(frame(parse(text(2, 0.3), 0))) is None  # no requests in between
