@@ -24,9 +24,9 @@ Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally
     calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
                     on the idle server before the run (L = prompt tokens, calibrate.py), and the
                     engine's step boundaries seen in every stream's stamps (steps.py): the prefill
-                    started at the step boundary that precedes the first token by at least
-                    0.75 * prefill_idle(L) (at least one step), or when the request was sent if the
-                    engine was idle. prefill = first_token - that start (clipped to
+                    started at the step boundary from which the steps' excess over a decode-only
+                    step covers 0.75 x its idle compute (at least one step; several when chunked),
+                    or when the request was sent if the engine was idle. prefill = first_token - that start (clipped to
                     [0, ttft_from_send - connect]); queue = ttft_from_send - connect - prefill.
                     Under load a prefill shares its step with other prompts and running decodes:
                     the boundaries put that slowdown in prefill, as the server's own clock would.
@@ -81,10 +81,11 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
     server_side = pl.col("ttft_from_send_ms") - pl.col("connect_ms")  # server TTFT + network
     has_timings = pl.col("server_prefill_ms").is_not_null()
     if calibration:
-        idle = _poly(calibration["prefill_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
+        coef = calibration["prefill_ms"]["coef"]
+        idle = _poly(coef, pl.col("prompt_tokens")).clip(lower_bound=0)
+        compute = (idle - coef[0]).clip(lower_bound=0)
         base = base.collect()
-        base = base.with_columns(scheduled_est_ns=scheduled_ns(run.tokens, base.with_columns(idle.alias("_idle")),
-                                                               pl.col("_idle"))).lazy()
+        base = base.with_columns(scheduled_est_ns=pl.Series(scheduled_ns(run.tokens, base, compute, idle))).lazy()
         est_prefill = pl.min_horizontal(((pl.col("first_token_ns") - pl.col("scheduled_est_ns")) / NS_PER_MS),
                                         server_side).clip(lower_bound=0)
         itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)

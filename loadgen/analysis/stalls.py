@@ -4,8 +4,9 @@ A continuous-batching engine that admits a prompt runs its prefill in the same s
 decodes, so every running stream sees one long gap ending about when the newcomer's first token goes out
 (with chunked prefill: several smaller gaps while its chunks run). Rule, per request r:
 - gaps: consecutive chunk groups of r (chunks stamped at the same t_ns form one group, as in
-  summary.itl_ms); `gap_ns` = t - prev; `baseline_ns` = the median gap of r (its steady step time under
-  the batching of the moment);
+  summary.itl_ms); `gap_ns` = t - prev; `baseline_ns` = the BASELINE_Q quantile of r's gaps: its
+  decode-only step time (under chunked prefill most steps carry some prefill work, so the median
+  would hide the very stalls it should reveal);
 - a gap is elevated when gap > baseline * (1 + rel) + abs_ns;
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
   [first_token_q - max(prefill_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
@@ -22,6 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import polars as pl
+
+
+BASELINE_Q = 0.1
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     if d.height == 0 or tokens.height == 0:
         return empty
     g = (gaps(tokens.lazy().filter(pl.col("request_id").is_in(d["request_id"].implode())))
-         .with_columns(baseline_ns=pl.col("gap_ns").median().over("request_id")))
+         .with_columns(baseline_ns=pl.col("gap_ns").quantile(BASELINE_Q, interpolation="lower").over("request_id")))
     elevated = g.filter(pl.col("gap_ns") > pl.col("baseline_ns") * (1 + rule.rel) + rule.abs_ns).collect()
     if elevated.height == 0:
         return empty

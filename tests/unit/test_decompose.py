@@ -37,19 +37,22 @@ def test_calibrated_on_an_idle_server_puts_the_whole_ttft_in_prefill():
     assert (r["method"], r["queue_ms"], r["prefill_ms"]) == ("calibrated", 0.0, 30.0)
 
 
-@pytest.mark.parametrize("prompt, scheduled_ms", [
-    # idle prefill 0.1 ms/token: 80 tokens = 8 ms < one 10 ms step: prefill = the last step (50 -> 60)
-    (80, 50.0),
-    # 200 tokens = 20 ms: at least 0.75 * 20 = 15 ms before the first token -> the boundary at 40
-    (200, 40.0),
+@pytest.mark.parametrize("busy_tokens, first_token, prompt, scheduled_ms", [
+    # steps of 10 ms; the step 45 -> 65 is 10 ms longer (r's prefill); r's compute at 0.1 ms/token is
+    # 8 ms, 0.75 x 8 = 6 <= 10: its prefill is that one step
+    ([5, 15, 25, 35, 45, 65, 75, 85], 65, 80, 45),
+    # chunked: steps 25 -> 40 -> 55 -> 70 are 5 ms long each over the 10 ms decode step; compute 12 ms,
+    # 0.75 x 12 = 9 needs two excess steps: the prefill started at 40
+    ([5, 15, 25, 40, 55, 70, 80, 90], 70, 120, 40),
+    # a short prompt in a step with no visible excess still takes at least its own step
+    ([5, 15, 25, 35, 45, 55, 65], 55, 10, 45),
 ])
-def test_calibrated_under_load_starts_the_prefill_at_a_step_boundary(prompt, scheduled_ms):
-    busy = {"id": "busy", "intended": 0, "tokens": stream(5, 12, 10)}  # tokens at 5, 15, ..., 115
-    run = make_run([busy, {"id": "r", "intended": 12, "prompt": prompt, "tokens": [65, 75, 85]}])
-    # boundaries are at 5, 15, ..., and r's first token at 65 shares the step of busy's token at 65
+def test_calibrated_under_load_starts_the_prefill_at_a_step_boundary(busy_tokens, first_token, prompt, scheduled_ms):
+    run = make_run([{"id": "busy", "tokens": busy_tokens},
+                    {"id": "r", "intended": 12, "prompt": prompt, "tokens": [first_token, first_token + 10]}])
     r = row(decompose(run, CAL), "r")
-    assert r["prefill_ms"] == pytest.approx(65 - scheduled_ms - 5)  # boundaries are at x5: 55 or 45
-    assert r["queue_ms"] == pytest.approx(65 - 12 - r["prefill_ms"])
+    assert r["prefill_ms"] == pytest.approx(first_token - scheduled_ms)
+    assert r["queue_ms"] == pytest.approx(scheduled_ms - 12)
 
 
 def test_without_calibration_or_timings_queue_and_prefill_are_unknown():
