@@ -11,7 +11,7 @@ from tests.integration.conftest import loadgen
 
 
 def workload(tmp_path, *, rate: str, requests: int, prompt: str, output: int, backend: str = "openai",
-             api: str = "completions", seed: int = 7) -> str:
+             api: str = "completions", seed: int = 7, process: str = "poisson") -> str:
     p = tmp_path / "w.toml"
     p.write_text(textwrap.dedent(f"""
         model = "sim"
@@ -19,7 +19,7 @@ def workload(tmp_path, *, rate: str, requests: int, prompt: str, output: int, ba
         backend = "{backend}"
         seed = {seed}
         [arrivals]
-        process = "poisson"
+        process = "{process}"
         rate = "{rate}"
         [run]
         requests = {requests}

@@ -1,0 +1,108 @@
+"""The decomposition against the simulator's truth (tiny profile, time dilated x5 so a 2-core host keeps up).
+
+Each test runs `loadgen run` on the built-in engine simulator (its truth lands in RUN_DIR/sim_truth.parquet),
+then `loadgen report`, and compares decomposition.parquet with the truth by request id.
+"""
+import polars as pl
+import pytest
+
+from tests.integration.conftest import loadgen
+from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
+
+SIM = "--profile tiny --speed 0.2"
+MIXED = '{ dist = "uniform", min = 64, max = 512 }'
+
+
+@pytest.mark.parametrize("backend, api, flags, run_flags", [
+    # vLLM's per-request metrics object
+    ("openai", "completions", "--per-request-metrics", ("--no-calibrate",)),
+    # durations in the done: true object
+    ("ollama", "chat", "", ("--no-calibrate",)),
+    # timings.prompt_ms / predicted_ms; llama.cpp reports no queue time (checked below)
+    ("llamacpp", "completions", "", ("--no-calibrate",)),
+])
+def test_server_timings_match_the_truth(tmp_path, backend, api, flags, run_flags):
+    w = workload(tmp_path, rate="8/s", requests=40, prompt=MIXED, output=24, backend=backend, api=api)
+    s, run_dir = run_and_report(tmp_path, w, f"{SIM} --max-num-seqs 4 {flags}", *run_flags)
+    j = joined(run_dir)
+    assert j.height == 40 and set(j["method"]) == {"server_timings"}
+    assert s["decomposition_ms"]["method"] == "server_timings"
+    tol = lambda c: pl.max_horizontal(pl.lit(1.0), 0.02 * pl.col(c).abs())  # noqa: E731
+    for comp in ("queue", "prefill", "decode") if backend != "llamacpp" else ("prefill", "decode"):
+        share = within(j, f"{comp}_ms", f"true_{comp}_ms", tol(f"true_{comp}_ms"))
+        assert share >= 0.99, (backend, comp, share)
+    if backend == "llamacpp":
+        # derived: client TTFT - server prefill, so it also holds the request upload and the first
+        # token's trip to the client (about 1 ms on a busy 2-core host)
+        err = j["queue_ms"] - j["true_queue_ms"]
+        assert err.min() >= -0.5, err.describe()
+        assert within(j, "queue_ms", "true_queue_ms", pl.max_horizontal(pl.lit(3.0), 0.05 * pl.col("true_queue_ms"))) >= 0.9
+    assert j["true_queue_ms"].mean() > 5  # the run did queue: the check above was not vacuous
+
+
+@pytest.mark.parametrize("rate, utilization", [("7/s", 0.5), ("12/s", 0.9)])
+def test_calibrated_estimates_without_server_timings(tmp_path, rate, utilization):
+    w = workload(tmp_path, rate=rate, requests=60, prompt=MIXED, output=32)
+    s, run_dir = run_and_report(tmp_path, w, f"{SIM} --max-num-seqs 4")
+    assert abs(seat_utilization(run_dir, 4) - utilization) < 0.1
+    j = joined(run_dir)
+    assert set(j["method"]) == {"calibrated"}
+    ttft = j["ttft_ms"].mean()
+    for comp in ("queue", "prefill"):
+        err = abs(j[f"{comp}_ms"].mean() - j[f"true_{comp}_ms"].mean()) / ttft
+        assert err <= 0.10, (comp, err)
+    share = within(j, "queue_ms", "true_queue_ms", pl.max_horizontal(pl.lit(5.0), 0.2 * pl.col("ttft_ms")))
+    assert share >= 0.90, share
+    assert s["calibration"]["method"] == "idle-probe"
+
+
+@pytest.mark.parametrize("flags", ["--per-request-metrics", ""])  # server timings / calibrated estimate
+def test_stall_attribution_in_chunked_prefill_interference(tmp_path, flags):
+    # long prompts arrive while others decode; a 256-token step budget splits them over many steps
+    w = workload(tmp_path, rate="4/s", requests=40, prompt='{ dist = "uniform", min = 32, max = 2048 }', output=64)
+    s, run_dir = run_and_report(tmp_path, w, f"{SIM} --max-num-batched-tokens 256 {flags}")
+    j = joined(run_dir)
+    found, true = j["decode_stalls_ms"].sum(), j["true_stall_ms"].sum()
+    assert true > 1000 and found >= 0.9 * true, (found, true)
+    assert found <= 1.15 * true, (found, true)
+    assert j.filter(pl.col("true_stall_ms") == 0)["decode_stalls_ms"].sum() == 0
+    stalled = j.filter(pl.col("decode_stalls_ms") > 0)
+    assert stalled["stall_causes"].list.len().min() >= 1  # every stall names its cause
+    assert s["decomposition_ms"]["stalls"]["requests_stalled"] == stalled.height
+
+
+def test_no_stalls_where_the_truth_has_none(tmp_path):
+    # fixed mode: constant ITL whatever else runs, so no gap is a stall (client jitter included)
+    w = workload(tmp_path, rate="20/s", requests=40, prompt=MIXED, output=24)
+    s, run_dir = run_and_report(tmp_path, w, "--mode fixed --ttft 40ms --itl 10ms")
+    j = joined(run_dir)
+    assert j["true_stall_ms"].sum() == 0
+    assert j["decode_stalls_ms"].sum() == 0 and s["decomposition_ms"]["stalls"]["requests_stalled"] == 0
+
+
+def test_prefill_vs_decode_report_shows_ttft_rising_and_tpot_flat(tmp_path):
+    # evenly spaced arrivals 0.5 s apart, each served in < 0.45 s: one request at a time, no queue, no
+    # batching, so TTFT is prefill work and grows with the prompt while decode steps stay the same
+    w = workload(tmp_path, rate="2/s", requests=16, prompt='{ dist = "uniform", min = 64, max = 3072 }', output=16,
+                 process="constant")
+    _, run_dir = run_and_report(tmp_path, w, f"{SIM}")
+    text = loadgen("report", run_dir).stdout
+    table = text.split("prompt tokens", 1)[1].strip().splitlines()[1:5]
+    ttft = [float(line.split()[2]) for line in table]
+    tpot = [float(line.split()[3]) for line in table]
+    assert ttft == sorted(ttft) and ttft[-1] >= 3 * ttft[0], text
+    assert max(tpot) <= 1.25 * min(tpot), text
+    assert "TTFT grows with prompt length" in text  # the diagnosis says so in words
+
+
+def test_scraped_metrics_cross_check_and_kv_diagnosis(tmp_path):
+    # a KV pool too small for the offered load: requests wait while the pool is full
+    w = workload(tmp_path, rate="16/s", requests=48, prompt='{ dist = "uniform", min = 256, max = 512 }', output=64)
+    s, run_dir = run_and_report(tmp_path, w, f"{SIM} --kv-capacity-tokens 2048 --per-request-metrics",
+                                "--scrape-metrics", "--scrape-interval", "200ms", "--no-calibrate")
+    m = pl.read_parquet(f"{run_dir}/server_metrics.parquet")
+    assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"} <= set(m["name"])
+    hist, mean = s["server_histograms_ms"], s["decomposition_ms"]["mean"]
+    assert hist["n"] >= 48
+    assert hist["queue"] == pytest.approx(mean["queue"], rel=0.1)  # histogram sum/count vs per-request
+    assert "kv_capacity" in [f["rule"] for f in s["diagnosis"]], s["diagnosis"]
