@@ -55,8 +55,11 @@ def _speed(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from loadgen.sim.profiles import shipped_profiles
+
+    epilog = f"shipped profiles: {', '.join(shipped_profiles())}\n" + EPILOG
     p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
-                "llama.cpp surfaces) with ground truth.", epilog=EPILOG,
+                "llama.cpp surfaces) with ground truth.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")

@@ -57,7 +57,11 @@ class EngineBackend:
                 continue
             now = time.monotonic_ns()
             start = prev_end if prev_end is not None else now
-            start = self._after_stalls(start)
+            stalled_start = self._after_stalls(start)
+            if stalled_start != start:
+                for seq in list(e.running) + list(e.waiting):
+                    seq.req.stalled = True
+                start = stalled_start
             step = e.schedule(start)
             if step is None:  # only requests that arrive after `start` (we are running behind)
                 prev_end = None

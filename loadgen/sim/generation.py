@@ -26,6 +26,7 @@ class Generation:
         self.stall_ns = 0  # see truth.py: time lost to others' prefills, preemption, engine stalls
         self.cached_tokens = 0  # prompt tokens served from the prefix cache
         self.due_ns: list[int] = []  # due send time of each produced token
+        self.stalled = False  # an engine stall (fault) delayed it
 
     async def wait_for(self, n: int) -> None:
         raise NotImplementedError
@@ -51,6 +52,7 @@ class FixedGeneration(Generation):
                 self.stall_ns = shift - stall_overlap_ns(self.stalls, self.sim_t0_ns, self.arrival_ns,
                                                          self.arrival_ns + self.ttft_ns)
             due += shift
+            self.stalled = self.stalled or shift > 0
         return due
 
     async def wait_for(self, n: int) -> None:

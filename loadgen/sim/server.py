@@ -154,7 +154,8 @@ class Sim:
                             finish_ns=state["finish_ns"], preemptions=gen.preemptions,
                             stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
                             http_status=200, outcome=state["outcome"],
-                            cached_tokens=gen.cached_tokens, **row_args)
+                            cached_tokens=gen.cached_tokens,
+                            **{**row_args, "fault": ";".join(x for x in (label, "stall" if gen.stalled else "") if x)})
 
         key = id(ctx)
         self.in_flight[key] = make
