@@ -63,18 +63,26 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
-    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION", help="fixed mode TTFT (default 50ms)")
-    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION", help="fixed mode ITL (default 10ms)")
-    p.add_argument("--profile", default="tiny", metavar="NAME|FILE", help="engine profile: a shipped name or a TOML file (default tiny)")
-    p.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="time dilation: real time = profile time / X (default 1)")
+    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION",
+                   help="fixed mode TTFT (default 50ms)")
+    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION",
+                   help="fixed mode ITL (default 10ms)")
+    p.add_argument("--profile", default="tiny", metavar="NAME|FILE",
+                   help="engine profile: a shipped name or a TOML file (default tiny)")
+    p.add_argument("--speed", type=_speed, default=1.0, metavar="X",
+                   help="time dilation: real time = profile time / X (default 1)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 = a free port (printed on stdout)")
     p.add_argument("--max-num-seqs", type=_positive_int, default=None, metavar="N")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N", help="per-step token budget (chunked prefill)")
-    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N", help="KV pool size in tokens (blocks of 16)")
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N",
+                   help="per-step token budget (chunked prefill)")
+    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N",
+                   help="KV pool size in tokens (blocks of 16)")
     p.add_argument("--prefix-caching", action="store_true")
-    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K", help="tokens per streamed chunk (default 1)")
-    p.add_argument("--per-request-metrics", action="store_true", help="vLLM's `metrics` object in the final usage chunk")
+    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K",
+                   help="tokens per streamed chunk (default 1)")
+    p.add_argument("--per-request-metrics", action="store_true",
+                   help="vLLM's `metrics` object in the final usage chunk")
     p.add_argument("--truth", default=None, metavar="FILE", help="ground truth per request (.jsonl or .parquet)")
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=int, default=0, metavar="N")

@@ -55,16 +55,25 @@ class SimMetrics:
                          "vllm:generation_tokens": 0, "vllm:request_success": 0,
                          "vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
         H = Histogram
-        self.ttft = H("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS_S)
+        self.ttft = H("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.", TTFT_BUCKETS_S)
         self.itl = H("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS_S)
-        self.tpot = H("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", ITL_BUCKETS_S)
-        self.e2e = H("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS_S)
-        self.queue = H("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.inference = H("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.prefill = H("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.decode = H("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.iteration_tokens = H("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
-        self.lateness = H("loadgen_sim_emit_lateness_seconds", "Simulator health: token send time minus its due time.", LATENESS_BUCKETS_S)
+        self.tpot = H("vllm:time_per_output_token_seconds",
+                      "Histogram of time per output token in seconds.", ITL_BUCKETS_S)
+        self.e2e = H("vllm:e2e_request_latency_seconds",
+                     "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS_S)
+        self.queue = H("vllm:request_queue_time_seconds",
+                       "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.inference = H("vllm:request_inference_time_seconds",
+                           "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.prefill = H("vllm:request_prefill_time_seconds",
+                         "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.decode = H("vllm:request_decode_time_seconds",
+                        "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.iteration_tokens = H("vllm:iteration_tokens_total",
+                                  "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
+        self.lateness = H("loadgen_sim_emit_lateness_seconds",
+                          "Simulator health: token send time minus its due time.", LATENESS_BUCKETS_S)
 
     def observe_request(self, row: dict) -> None:
         # row: a truth row (see truth.py) of a request that completed with at least one token

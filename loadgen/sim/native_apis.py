@@ -62,7 +62,8 @@ class _Ollama(Surface):
         raise NotImplementedError
 
     def token_bytes(self, ctx, start, end) -> bytes:
-        obj = {"model": ctx.parsed.model, "created_at": _now_iso(), **self._piece(ctx, tokenizer.OUTPUT_TOKEN_TEXT * (end - start)), "done": False}
+        piece = self._piece(ctx, tokenizer.OUTPUT_TOKEN_TEXT * (end - start))
+        obj = {"model": ctx.parsed.model, "created_at": _now_iso(), **piece, "done": False}
         return orjson.dumps(obj) + b"\n"
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
@@ -154,7 +155,8 @@ class LlamaCppCompletion(Surface):
         return b'data: {"content": "tok \n\n'
 
     def error_body(self, status, message) -> dict:
-        return {"error": {"code": status, "message": message, "type": "server_error" if status >= 500 else "invalid_request_error"}}
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return {"error": {"code": status, "message": message, "type": kind}}
 
 
 def routes():

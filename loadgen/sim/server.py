@@ -8,7 +8,6 @@ requests and format bytes.
 """
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import time
@@ -20,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from loadgen.sim.clock import sleep_until_ns
-from loadgen.sim.faults import Fault, FaultPlan
+from loadgen.sim.faults import FaultPlan
 from loadgen.sim.generation import Generation
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.truth import TruthWriter, make_row
@@ -159,6 +158,7 @@ class Sim:
 
         key = id(ctx)
         self.in_flight[key] = make
+        state["record_now"] = lambda: self.in_flight.pop(key, None) is not None and self.record(make())
         try:
             if fault and fault.kind == "slow_headers":
                 await sleep_until_ns(arrival_ns + fault.delay_ns)
@@ -195,7 +195,6 @@ class Sim:
                 data = surface.first_bytes(ctx) + data
             if malformed_at is not None and i <= malformed_at < end:
                 data = surface.malformed_bytes() + data
-            last = end == n_max
             await gen.wait_for(end)
             if len(gen.due_ns) < end:  # cancelled underneath us
                 break
@@ -209,6 +208,7 @@ class Sim:
             return self._reset(request, state)
         state["finish_ns"] = token_ns[-1] if token_ns else time.monotonic_ns()
         state["outcome"] = "ok"
+        state["record_now"]()  # before the last bytes go out: a client that saw them finds the row
         await resp.write(surface.final_bytes(ctx, self, token_ns))  # finish/usage events, [DONE]
         await resp.write_eof()
         return resp

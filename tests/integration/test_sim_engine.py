@@ -36,12 +36,14 @@ def max_gap_ns(res) -> int:
 
 
 def test_a_ttft_grows_with_prompt_length_tpot_does_not(tmp_path):
-    with SimProcess(args=["--profile", "tiny"]) as sim:
+    # dilated x4 so that the sim's and the client's scheduling noise on a shared 2-core machine
+    # (up to a few ms) stays small against a TPOT of ~6 ms
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.25"]) as sim:
         async def go():
             async with session() as s:
                 await stream_completion(s, sim.url, {"prompt": "warm", "max_tokens": 2, "stream": True})
-                short = await stream_completion(s, sim.url, {"prompt": words(200), "max_tokens": 32, "stream": True})
-                long = await stream_completion(s, sim.url, {"prompt": words(2000), "max_tokens": 32, "stream": True})
+                short = await stream_completion(s, sim.url, {"prompt": words(200), "max_tokens": 48, "stream": True})
+                long = await stream_completion(s, sim.url, {"prompt": words(2000), "max_tokens": 48, "stream": True})
                 return short, long
 
         short, long = asyncio.run(go())
@@ -75,7 +77,8 @@ def _long_prompt_mid_stream(budget: int):
                     s, sim.url, {"prompt": words(64, f"s{i}-"), "max_tokens": 120, "stream": True}))
                     for i in range(4)]
                 await asyncio.sleep(0.1)
-                long = await stream_completion(s, sim.url, {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True})
+                long = await stream_completion(s, sim.url,
+                                               {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True})
                 return await asyncio.gather(*streams), long
 
         streams, long = asyncio.run(go())
