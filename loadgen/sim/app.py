@@ -10,6 +10,7 @@ import orjson
 from aiohttp import web
 
 from loadgen.sim import tokenizer
+from loadgen.sim.clock import stop_ticker
 from loadgen.sim.openai_api import ChatCompletions, Completions
 from loadgen.sim.server import Sim, json_response
 
@@ -85,7 +86,7 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
@@ -106,6 +107,7 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
     engine_task.cancel()
     stop_wait.cancel()
     flusher.cancel()
+    await stop_ticker()
     try:
         await asyncio.wait_for(runner.cleanup(), 2.0)
     except (asyncio.TimeoutError, Exception):

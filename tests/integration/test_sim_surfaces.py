@@ -126,3 +126,25 @@ def test_client_going_away_frees_its_sequence(sim):
     assert re.search(r"^vllm:num_requests_running\{.*\} 0$", metrics, re.M)
     row = {r["request_id"]: r for r in read_truth(truth)}["leaver"]
     assert row["outcome"] == "client_gone" and 1 <= len(row["token_ns"]) < 3000
+
+
+def test_sigterm_mid_stream_exits_0_promptly_with_the_in_flight_row(tmp_path):
+    import time
+
+    truth = tmp_path / "truth.parquet"
+    sim = SimProcess(args=["--profile", "tiny", "--truth", str(truth)])
+    sim.start()
+
+    async def go(s):
+        async with s.post(sim.url + "/v1/completions", json={"prompt": "a", "max_tokens": 5000, "stream": True},
+                          headers={"X-Request-Id": "cut"}) as r:
+            await r.content.readuntil(b"\n\n")
+            await r.content.readuntil(b"\n\n")
+            t0 = time.monotonic()
+            code = await asyncio.get_running_loop().run_in_executor(None, sim.stop)
+            return code, time.monotonic() - t0
+
+    code, took_s = call(go)
+    assert code == 0 and took_s < 2
+    row = {r["request_id"]: r for r in read_truth(truth)}["cut"]
+    assert row["outcome"] == "interrupted" and row["finish_ns"] is None and len(row["token_ns"]) >= 2
