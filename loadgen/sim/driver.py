@@ -23,8 +23,8 @@ class EngineBackend:
         self._seqs: dict[int, Seq] = {}
         self._wake = asyncio.Event()
 
-    def submit(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int) -> EngineGeneration:
-        gen = EngineGeneration(request_id, arrival_ns, prompt_ids, max_tokens)
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
+        gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
         self._seqs[id(gen)] = self.engine.add(gen)  # ValueError: too long for the model/KV pool
         self._wake.set()
         return gen

@@ -14,7 +14,7 @@ prompt larger than the remaining budget is split over steps (chunked prefill). K
 in blocks of BLOCK_SIZE tokens for the tokens computed so far. When a sequence's computed tokens
 catch up with its tokens, it samples one output token (its first, after the prompt).
 
-Prefix caching (optional): full prompt blocks are named by a chain hash of their token ids; a
+Prefix caching (optional): full prompt blocks are named by a chain hash of their tokens; a
 new or recomputed sequence skips computing the leading blocks already computed by anyone
 (at least one token is always computed). Simplification: cached blocks save compute only, the
 sequence still holds its own blocks in the pool; the cache remembers at most the pool's size in
@@ -55,7 +55,7 @@ class Request:
     # What the engine needs from a request (EngineGeneration in the server, or a test double).
     request_id: str
     arrival_ns: int
-    prompt_ids: list[int]
+    prompt: list  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
     max_tokens: int
     scheduled_ns: int | None
     preemptions: int
@@ -74,7 +74,7 @@ class Seq:
 
     @property
     def num_tokens(self) -> int:
-        return len(self.req.prompt_ids) + self.num_output
+        return len(self.req.prompt) + self.num_output
 
 
 @dataclass
@@ -105,11 +105,11 @@ class Engine:
         return min(self.profile.max_model_len, self.cfg.kv_capacity_tokens) - prompt_tokens
 
     def add(self, req: Request) -> Seq:
-        if len(req.prompt_ids) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
-            raise ValueError(f"prompt ({len(req.prompt_ids)} tokens) + max_tokens ({req.max_tokens}) exceeds "
+        if len(req.prompt) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
+            raise ValueError(f"prompt ({len(req.prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds "
                              f"the model length / KV capacity "
                              f"({min(self.profile.max_model_len, self.cfg.kv_capacity_tokens)} tokens)")
-        if len(req.prompt_ids) == 0:
+        if len(req.prompt) == 0:
             raise ValueError("the prompt is empty (0 tokens)")
         seq = Seq(req, order=0)
         self.waiting.append(seq)
@@ -153,7 +153,7 @@ class Engine:
         self.waiting.appendleft(seq)
 
     def _prefix_hit(self, seq: Seq) -> None:
-        ids = seq.req.prompt_ids
+        ids = seq.req.prompt
         if not seq.block_hashes:
             h = 0
             for k in range(len(ids) // BLOCK_SIZE):
@@ -247,7 +247,7 @@ class Engine:
         for seq, n in step.items:
             seq.num_computed += n
             if self.cfg.prefix_caching:
-                for h in seq.block_hashes[: min(seq.num_computed, len(seq.req.prompt_ids)) // BLOCK_SIZE]:
+                for h in seq.block_hashes[: min(seq.num_computed, len(seq.req.prompt)) // BLOCK_SIZE]:
                     self._cache[h] = None
                     self._cache.move_to_end(h)
                 while len(self._cache) > self.cfg.kv_blocks:

@@ -15,11 +15,11 @@ from loadgen.sim.faults import Stall, stall_overlap_ns
 
 
 class Generation:
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int):
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int):
         self.request_id = request_id
         self.arrival_ns = arrival_ns
-        self.prompt_ids = prompt_ids
-        self.prompt_tokens = len(prompt_ids)
+        self.prompt = prompt  # its tokens: words (tokenizer.words), or ids if the client sent ids
+        self.prompt_tokens = len(prompt)
         self.max_tokens = max_tokens
         self.scheduled_ns: int | None = None  # first time the engine scheduled it
         self.preemptions = 0
@@ -36,9 +36,9 @@ class Generation:
 
 
 class FixedGeneration(Generation):
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int, *,
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int, *,
                  ttft_ns: int, itl_ns: int, stalls: list[Stall], sim_t0_ns: int):
-        super().__init__(request_id, arrival_ns, prompt_ids, max_tokens)
+        super().__init__(request_id, arrival_ns, prompt, max_tokens)
         self.scheduled_ns = arrival_ns
         self.ttft_ns, self.itl_ns = ttft_ns, itl_ns
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
@@ -64,8 +64,8 @@ class FixedGeneration(Generation):
 
 
 class EngineGeneration(Generation):
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int):
-        super().__init__(request_id, arrival_ns, prompt_ids, max_tokens)
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int):
+        super().__init__(request_id, arrival_ns, prompt, max_tokens)
         self.finished = False
         self.cancelled = False
         self._waiter: asyncio.Future | None = None
@@ -95,8 +95,8 @@ class FixedBackend:
         self.ttft_ns, self.itl_ns = round(ttft_ns / speed), round(itl_ns / speed)
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
 
-    def submit(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int) -> Generation:
-        return FixedGeneration(request_id, arrival_ns, prompt_ids, max_tokens, ttft_ns=self.ttft_ns,
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> Generation:
+        return FixedGeneration(request_id, arrival_ns, prompt, max_tokens, ttft_ns=self.ttft_ns,
                                itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
 
     metrics = None

@@ -55,7 +55,7 @@ class _Ollama(Surface):
         opts = body.get("options") or {}
         if not isinstance(opts, dict):
             raise BadRequest("'options' must be an object")
-        return Parsed(tokenizer.encode(text), _n(body, "num_predict", opts), bool(body.get("stream", True)),
+        return Parsed(tokenizer.words(text), _n(body, "num_predict", opts), bool(body.get("stream", True)),
                       str(body.get("model") or sim.model))
 
     def _piece(self, ctx: Context, text: str) -> dict:
@@ -129,7 +129,7 @@ class LlamaCppCompletion(Surface):
             raise BadRequest("the request body must be a JSON object")
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt)
+            ids = tokenizer.words(prompt)
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
@@ -142,7 +142,7 @@ class LlamaCppCompletion(Surface):
 
     def _final(self, ctx, token_ns, content: str) -> dict:
         return {"content": content, "stop": True, "id_slot": 0, "index": 0, "model": ctx.parsed.model,
-                "tokens_predicted": len(token_ns), "tokens_evaluated": len(ctx.parsed.prompt_ids),
+                "tokens_predicted": len(token_ns), "tokens_evaluated": len(ctx.parsed.prompt),
                 "stop_type": "limit", "timings": _timings(ctx, token_ns)}
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:

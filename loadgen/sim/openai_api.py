@@ -56,7 +56,7 @@ class _OpenAI(Surface):
                 "model": ctx.parsed.model}
 
     def usage(self, ctx: Context, n_out: int) -> dict:
-        p = len(ctx.parsed.prompt_ids)
+        p = len(ctx.parsed.prompt)
         u: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + n_out, "completion_tokens": n_out}
         if ctx.gen is not None and ctx.gen.cached_tokens:
             u["prompt_tokens_details"] = {"cached_tokens": ctx.gen.cached_tokens}
@@ -88,7 +88,7 @@ class Completions(_OpenAI):
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt)
+            ids = tokenizer.words(prompt)
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
@@ -124,7 +124,7 @@ class ChatCompletions(_OpenAI):
             text = tokenizer.chat_prompt_text(body.get("messages"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return Parsed(tokenizer.encode(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
+        return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
                       stream, model or sim.model, include_usage)
 
     def first_bytes(self, ctx) -> bytes:

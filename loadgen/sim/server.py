@@ -31,7 +31,7 @@ class BadRequest(Exception):
 
 @dataclass
 class Parsed:
-    prompt_ids: list[int]
+    prompt: list  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
     max_tokens: int
     stream: bool
     model: str
@@ -93,7 +93,7 @@ class Sim:
     def __init__(self, *, backend, model: str, mode: str, speed: float, faults: FaultPlan,
                  truth: TruthWriter | None, tokens_per_chunk: int, per_request_metrics: bool,
                  max_model_len: int):
-        self.backend = backend  # .submit(request_id, arrival_ns, prompt_ids, max_tokens) -> Generation
+        self.backend = backend  # .submit(request_id, arrival_ns, prompt, max_tokens) -> Generation
         self.model, self.mode, self.speed = model, mode, speed
         self.faults, self.truth = faults, truth
         self.tokens_per_chunk = tokens_per_chunk
@@ -128,7 +128,7 @@ class Sim:
         fault = self.faults.for_request(request_id)
         label = fault.label() if fault else ""
         row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
-                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt_ids))
+                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt))
         if fault and fault.kind.startswith("http"):
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
@@ -136,7 +136,7 @@ class Sim:
             return web.json_response(surface.error_body(fault.status, f"injected fault {label}"),
                                      status=fault.status, headers=headers)
         try:
-            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt_ids, parsed.max_tokens)
+            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt, parsed.max_tokens)
         except ValueError as e:
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
