@@ -104,6 +104,7 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
     sim.flush_in_flight()
     if sim.truth is not None:
         sim.truth.close()
+    sim.backend.close()
     engine_task.cancel()
     stop_wait.cancel()
     flusher.cancel()
@@ -118,6 +119,10 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
 async def _flush_truth_periodically(sim: Sim) -> None:
     from loadgen.sim.truth import FLUSH_EVERY_S
 
-    while sim.truth is not None:
+    while True:
         await asyncio.sleep(FLUSH_EVERY_S)
-        sim.truth.flush()
+        if sim.truth is not None:
+            sim.truth.flush()
+        log = getattr(sim.backend, "step_log", None)
+        if log is not None:
+            log.flush()

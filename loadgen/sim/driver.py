@@ -1,11 +1,17 @@
 """Runs the engine (engine.py) in real time: plan a step, sleep until its end (an absolute
 deadline: the next step starts at the previous one's due end, so lateness never accumulates),
 apply it, hand the produced tokens to their requests. Engine stalls (faults) delay the start of
-the next step to the stall's end. Also feeds the engine's gauges and counters to /metrics."""
+the next step to the stall's end. Also feeds the engine's gauges and counters to /metrics, and
+with --step-log FILE writes one JSON line per step: start_ns, end_ns (monotonic ns),
+prefill_tokens, decode_seqs, seqs, kv_blocks_used, kv_blocks_total, running, waiting (after the
+step), preempted (sequences preempted to make room for it)."""
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import BinaryIO
+
+import orjson
 
 from loadgen.sim.clock import sleep_until_ns
 from loadgen.sim.engine import Engine, EngineConfig, Seq
@@ -22,6 +28,12 @@ class EngineBackend:
         self.metrics = None  # SimMetrics, set by the caller
         self._seqs: dict[int, Seq] = {}
         self._wake = asyncio.Event()
+        self.step_log: BinaryIO | None = None
+
+    def close(self) -> None:
+        if self.step_log is not None:
+            self.step_log.close()
+            self.step_log = None
 
     def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
         gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
@@ -74,6 +86,12 @@ class EngineBackend:
                 if done:
                     self._seqs.pop(id(seq.req), None)
             prev_end = step.end_ns
+            if self.step_log is not None:
+                self.step_log.write(orjson.dumps({
+                    "start_ns": step.start_ns, "end_ns": step.end_ns, "prefill_tokens": step.prefill_tokens,
+                    "decode_seqs": step.decode_tokens, "seqs": len(step.items),
+                    "kv_blocks_used": e.cfg.kv_blocks - e.free_blocks, "kv_blocks_total": e.cfg.kv_blocks,
+                    "running": len(e.running), "waiting": len(e.waiting), "preempted": len(step.preempted)}) + b"\n")
             m = self.metrics
             if m is not None:
                 m.counters["vllm:prompt_tokens"] += step.prefill_tokens

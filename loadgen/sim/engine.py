@@ -101,9 +101,6 @@ class Engine:
         self.last_end_ns: int | None = None
 
     # --- requests in and out
-    def max_tokens_for(self, prompt_tokens: int) -> int:
-        return min(self.profile.max_model_len, self.cfg.kv_capacity_tokens) - prompt_tokens
-
     def add(self, req: Request) -> Seq:
         if len(req.prompt) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
             raise ValueError(f"prompt ({len(req.prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds "

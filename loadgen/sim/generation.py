@@ -106,3 +106,6 @@ class FixedBackend:
 
     async def run(self) -> None:  # nothing to drive
         return None
+
+    def close(self) -> None:
+        pass

@@ -6,6 +6,7 @@ import asyncio
 import re
 
 import aiohttp
+import orjson
 import pytest
 
 from loadgen.sim.process import SimProcess
@@ -102,9 +103,9 @@ def _scrape(text: str, name: str) -> float:
 
 
 def test_d_small_kv_pool_waiting_at_full_usage_and_preemptions_in_truth(tmp_path):
-    truth = tmp_path / "truth.parquet"
+    truth, step_log = tmp_path / "truth.parquet", tmp_path / "steps.jsonl"
     with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--kv-capacity-tokens", "1024",
-                          "--truth", str(truth)]) as sim:
+                          "--truth", str(truth), "--step-log", str(step_log)]) as sim:
         async def go():
             async with session() as s:
                 tasks = [asyncio.create_task(stream_completion(
@@ -132,6 +133,10 @@ def test_d_small_kv_pool_waiting_at_full_usage_and_preemptions_in_truth(tmp_path
         assert r["arrival_ns"] + r["queue_ns"] + r["prefill_ns"] + r["decode_ns"] == r["finish_ns"]
         if r["preemptions"]:
             assert r["stall_ns"] > 0
+    steps = [orjson.loads(line) for line in step_log.read_bytes().splitlines()]
+    assert sum(s["preempted"] for s in steps) == sum(r["preemptions"] for r in rows)
+    assert all(s["kv_blocks_used"] <= s["kv_blocks_total"] == 64 for s in steps)
+    assert all(a["end_ns"] <= b["start_ns"] for a, b in zip(steps, steps[1:]))
 
 
 def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):

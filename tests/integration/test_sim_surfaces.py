@@ -97,6 +97,21 @@ def test_models_health_metrics_and_engine_non_streaming(sim):
                  "loadgen_sim_emit_lateness_seconds"):
         assert re.search(rf'^{name}_bucket{{.*le="\+Inf"}} [1-9]', metrics, re.M), name
     assert 'vllm:time_to_first_token_seconds_bucket{engine="0",model_name="tiny-1b",le="0.001"}' in metrics
+    assert re.search(r'^vllm:request_success_total\{.*finished_reason="length"\} [1-9]', metrics, re.MULTILINE)
+
+
+def test_continuous_usage_stats(sim):
+    s_, _ = sim
+
+    async def go(s):
+        body = {"prompt": "a b", "max_tokens": 3, "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        async with s.post(s_.url + "/v1/completions", json=body) as r:
+            return [orjson.loads(e[6:]) for e in (await r.read()).split(b"\n\n") if e and e != b"data: [DONE]"]
+
+    events = call(go)
+    assert [e["usage"]["completion_tokens"] for e in events] == [1, 2, 3, 3]
+    assert events[-1]["choices"] == [] and events[0]["usage"]["prompt_tokens"] == 2
 
 
 def test_too_long_request_is_a_400(sim):
