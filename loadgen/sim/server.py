@@ -123,6 +123,11 @@ class Sim:
             body = orjson.loads(await request.read())
             parsed = surface.parse(body, self)
         except (orjson.JSONDecodeError, BadRequest, ValueError, TypeError) as e:
+            self.record(make_row(request_id=request_id, arrival_ns=arrival_ns, scheduled_ns=None,
+                                 first_token_ns=None, finish_ns=time.monotonic_ns(), preemptions=0, stall_ns=0,
+                                 token_ns=[], lateness_ns=[], speed=self.speed, mode=self.mode,
+                                 endpoint=surface.endpoint, http_status=400, outcome="http_error", fault="",
+                                 prompt_tokens=0))
             return web.json_response(surface.error_body(400, str(e) or "bad request"), status=400, headers=headers)
         ctx = Context(request_id, parsed, int(time.time()))
         fault = self.faults.for_request(request_id)
