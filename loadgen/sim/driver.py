@@ -29,6 +29,7 @@ class EngineBackend:
         self._seqs: dict[int, Seq] = {}
         self._wake = asyncio.Event()
         self.step_log: BinaryIO | None = None
+        self._cancelled: list[EngineGeneration] = []  # client gone before the end: drop at the next step
 
     def close(self) -> None:
         if self.step_log is not None:
@@ -38,6 +39,7 @@ class EngineBackend:
     def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
         gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
         self._seqs[id(gen)] = self.engine.add(gen)  # ValueError: too long for the model/KV pool
+        gen.on_cancel = self._cancelled.append
         self._wake.set()
         return gen
 
@@ -53,9 +55,10 @@ class EngineBackend:
         return t_ns
 
     def _drop_cancelled(self) -> None:
-        for seq in [s for s in list(self.engine.running) + list(self.engine.waiting) if s.req.cancelled]:
-            self.engine.drop(seq)
-            self._seqs.pop(id(seq.req), None)
+        while self._cancelled:
+            seq = self._seqs.pop(id(self._cancelled.pop()), None)
+            if seq is not None:
+                self.engine.drop(seq)
 
     async def run(self) -> None:
         e = self.engine
@@ -85,6 +88,7 @@ class EngineBackend:
                 seq.req.produced(step.end_ns)
                 if done:
                     self._seqs.pop(id(seq.req), None)
+            await asyncio.sleep(0)  # let the woken streams write before any bookkeeping
             prev_end = step.end_ns
             if self.step_log is not None:
                 self.step_log.write(orjson.dumps({

@@ -68,6 +68,7 @@ class EngineGeneration(Generation):
         super().__init__(request_id, arrival_ns, prompt, max_tokens)
         self.finished = False
         self.cancelled = False
+        self.on_cancel = None  # set by the driver: called once if cancelled before finishing
         self._waiter: asyncio.Future | None = None
 
     def produced(self, due_ns: int, n: int = 1) -> None:
@@ -86,6 +87,8 @@ class EngineGeneration(Generation):
             self._waiter = None
 
     def cancel(self) -> None:
+        if not self.cancelled and not self.finished and self.on_cancel is not None:
+            self.on_cancel(self)
         self.cancelled = True
 
 
