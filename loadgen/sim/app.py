@@ -33,6 +33,10 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
             {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9, "owned_by": "loadgen-sim",
              "root": sim.model, "parent": None, "max_model_len": sim.max_model_len}]})
 
+    async def h_ollama_tags(request):  # Ollama's model list
+        return json_response({"models": [{"name": sim.model, "model": sim.model, "size": 0,
+                                          "details": {"family": "loadgen-sim"}}]})
+
     async def h_metrics(request):
         for k, v in sim.backend.state().items():
             setattr(sim.metrics, k, v)
@@ -74,6 +78,7 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
     app.router.add_get("/health", h_health)
     app.router.add_get("/v1/models", h_models)
     app.router.add_get("/metrics", h_metrics)
+    app.router.add_get("/api/tags", h_ollama_tags)
     app.router.add_post("/tokenize", h_tokenize)
     app.router.add_post("/detokenize", h_detokenize)
     for method, path, make_handler in extra_routes:

@@ -78,6 +78,8 @@ def test_models_health_metrics_and_engine_non_streaming(sim):
             health = r.status
         async with s.get(s_.url + "/v1/models") as r:
             models = await r.json()
+        async with s.get(s_.url + "/api/tags") as r:
+            assert (await r.json())["models"][0]["name"] == "tiny-1b"
         async with s.post(s_.url + "/v1/chat/completions",
                           json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}) as r:
             chat = (r.status, r.headers.get("X-Request-Id"), await r.json())
