@@ -169,3 +169,22 @@ def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):
         assert m["generation_time_ms"] == pytest.approx(row["decode_ns"] / 1e6)
         assert m["mean_itl_ms"] == pytest.approx(row["decode_ns"] / 1e6 / 9)
         assert m["tokens_per_second"] == pytest.approx(9 / (row["decode_ns"] / 1e9))
+
+
+def test_prefix_caching_through_http():
+    shared = words(1000, "sys")
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--prefix-caching"]) as sim:
+        async def go():
+            async with session() as s:
+                body = {"prompt": shared + " first question", "max_tokens": 4, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                a = await stream_completion(s, sim.url, body)
+                body["prompt"] = shared + " another question here"
+                b = await stream_completion(s, sim.url, body)
+                return a, b
+
+        a, b = asyncio.run(go())
+    usage_a, usage_b = a["events"][-2][1]["usage"], b["events"][-2][1]["usage"]
+    assert "prompt_tokens_details" not in usage_a
+    assert usage_b["prompt_tokens_details"]["cached_tokens"] == 992  # 62 full blocks of 16
+    assert ttft_ns(b) < ttft_ns(a) / 2
