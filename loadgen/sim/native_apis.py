@@ -55,14 +55,15 @@ class _Ollama(Surface):
         opts = body.get("options") or {}
         if not isinstance(opts, dict):
             raise BadRequest("'options' must be an object")
-        return Parsed(tokenizer.encode(text), _n(body, "num_predict", opts), bool(body.get("stream", True)),
+        return Parsed(tokenizer.words(text), _n(body, "num_predict", opts), bool(body.get("stream", True)),
                       str(body.get("model") or sim.model))
 
     def _piece(self, ctx: Context, text: str) -> dict:
         raise NotImplementedError
 
     def token_bytes(self, ctx, start, end) -> bytes:
-        obj = {"model": ctx.parsed.model, "created_at": _now_iso(), **self._piece(ctx, tokenizer.OUTPUT_TOKEN_TEXT * (end - start)), "done": False}
+        piece = self._piece(ctx, tokenizer.OUTPUT_TOKEN_TEXT * (end - start))
+        obj = {"model": ctx.parsed.model, "created_at": _now_iso(), **piece, "done": False}
         return orjson.dumps(obj) + b"\n"
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
@@ -128,7 +129,7 @@ class LlamaCppCompletion(Surface):
             raise BadRequest("the request body must be a JSON object")
         prompt = body.get("prompt")
         if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt)
+            ids = tokenizer.words(prompt)
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
@@ -141,7 +142,7 @@ class LlamaCppCompletion(Surface):
 
     def _final(self, ctx, token_ns, content: str) -> dict:
         return {"content": content, "stop": True, "id_slot": 0, "index": 0, "model": ctx.parsed.model,
-                "tokens_predicted": len(token_ns), "tokens_evaluated": len(ctx.parsed.prompt_ids),
+                "tokens_predicted": len(token_ns), "tokens_evaluated": len(ctx.parsed.prompt),
                 "stop_type": "limit", "timings": _timings(ctx, token_ns)}
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
@@ -154,7 +155,8 @@ class LlamaCppCompletion(Surface):
         return b'data: {"content": "tok \n\n'
 
     def error_body(self, status, message) -> dict:
-        return {"error": {"code": status, "message": message, "type": "server_error" if status >= 500 else "invalid_request_error"}}
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        return {"error": {"code": status, "message": message, "type": kind}}
 
 
 def routes():

@@ -6,6 +6,7 @@ import asyncio
 import re
 
 import aiohttp
+import orjson
 import pytest
 
 from loadgen.sim.process import SimProcess
@@ -36,12 +37,14 @@ def max_gap_ns(res) -> int:
 
 
 def test_a_ttft_grows_with_prompt_length_tpot_does_not(tmp_path):
-    with SimProcess(args=["--profile", "tiny"]) as sim:
+    # dilated x4 so that the sim's and the client's scheduling noise on a shared 2-core machine
+    # (up to a few ms) stays small against a TPOT of ~6 ms
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.25"]) as sim:
         async def go():
             async with session() as s:
                 await stream_completion(s, sim.url, {"prompt": "warm", "max_tokens": 2, "stream": True})
-                short = await stream_completion(s, sim.url, {"prompt": words(200), "max_tokens": 32, "stream": True})
-                long = await stream_completion(s, sim.url, {"prompt": words(2000), "max_tokens": 32, "stream": True})
+                short = await stream_completion(s, sim.url, {"prompt": words(200), "max_tokens": 48, "stream": True})
+                long = await stream_completion(s, sim.url, {"prompt": words(2000), "max_tokens": 48, "stream": True})
                 return short, long
 
         short, long = asyncio.run(go())
@@ -75,7 +78,8 @@ def _long_prompt_mid_stream(budget: int):
                     s, sim.url, {"prompt": words(64, f"s{i}-"), "max_tokens": 120, "stream": True}))
                     for i in range(4)]
                 await asyncio.sleep(0.1)
-                long = await stream_completion(s, sim.url, {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True})
+                long = await stream_completion(s, sim.url,
+                                               {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True})
                 return await asyncio.gather(*streams), long
 
         streams, long = asyncio.run(go())
@@ -99,9 +103,9 @@ def _scrape(text: str, name: str) -> float:
 
 
 def test_d_small_kv_pool_waiting_at_full_usage_and_preemptions_in_truth(tmp_path):
-    truth = tmp_path / "truth.parquet"
+    truth, step_log = tmp_path / "truth.parquet", tmp_path / "steps.jsonl"
     with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--kv-capacity-tokens", "1024",
-                          "--truth", str(truth)]) as sim:
+                          "--truth", str(truth), "--step-log", str(step_log)]) as sim:
         async def go():
             async with session() as s:
                 tasks = [asyncio.create_task(stream_completion(
@@ -129,6 +133,10 @@ def test_d_small_kv_pool_waiting_at_full_usage_and_preemptions_in_truth(tmp_path
         assert r["arrival_ns"] + r["queue_ns"] + r["prefill_ns"] + r["decode_ns"] == r["finish_ns"]
         if r["preemptions"]:
             assert r["stall_ns"] > 0
+    steps = [orjson.loads(line) for line in step_log.read_bytes().splitlines()]
+    assert sum(s["preempted"] for s in steps) == sum(r["preemptions"] for r in rows)
+    assert all(s["kv_blocks_used"] <= s["kv_blocks_total"] == 64 for s in steps)
+    assert all(a["end_ns"] <= b["start_ns"] for a, b in zip(steps, steps[1:]))
 
 
 def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):
@@ -161,3 +169,22 @@ def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):
         assert m["generation_time_ms"] == pytest.approx(row["decode_ns"] / 1e6)
         assert m["mean_itl_ms"] == pytest.approx(row["decode_ns"] / 1e6 / 9)
         assert m["tokens_per_second"] == pytest.approx(9 / (row["decode_ns"] / 1e9))
+
+
+def test_prefix_caching_through_http():
+    shared = words(1000, "sys")
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--prefix-caching"]) as sim:
+        async def go():
+            async with session() as s:
+                body = {"prompt": shared + " first question", "max_tokens": 4, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                a = await stream_completion(s, sim.url, body)
+                body["prompt"] = shared + " another question here"
+                b = await stream_completion(s, sim.url, body)
+                return a, b
+
+        a, b = asyncio.run(go())
+    usage_a, usage_b = a["events"][-2][1]["usage"], b["events"][-2][1]["usage"]
+    assert "prompt_tokens_details" not in usage_a
+    assert usage_b["prompt_tokens_details"]["cached_tokens"] == 992  # 62 full blocks of 16
+    assert ttft_ns(b) < ttft_ns(a) / 2
