@@ -121,8 +121,8 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
 
 
 def _fastest_itl_ms(tokens: pl.DataFrame, ids: pl.Series) -> float:
-    g = gaps(tokens.lazy().filter(pl.col("request_id").is_in(ids.implode())))
-    per = g.group_by("request_id").agg((pl.col("gap_ns") / pl.col("k")).median().alias("m")).collect()
+    g = gaps(tokens.filter(pl.col("request_id").is_in(ids.implode())))
+    per = g.group_by("rid").agg((pl.col("gap_ns") / pl.col("k")).median().alias("m"))
     return float(per["m"].quantile(0.05) or 0.0) / NS_PER_MS if per.height else 0.0
 
 

@@ -47,3 +47,16 @@ def test_jitter_below_the_threshold_is_not_a_stall():
     # 1.5 ms of extra gap (client read jitter) while q's first token is inside it: below
     # baseline * 1.5 + 2 ms, so no stall.
     assert stalls_of(stream(0, 12, 10, {6: 1.5}), [("q", 58.0, None)]) == {}
+
+
+def test_gaps_are_the_same_whatever_the_row_order():
+    # the written order (contiguous per request) skips the sort; a shuffled file takes the sort path
+    from loadgen.analysis.stalls import gaps
+
+    run = make_run([{"id": "a", "tokens": stream(0, 6, 10)}, {"id": "b", "tokens": [3, 3, 9, 30]}])
+    in_order = gaps(run.tokens).drop("rid").sort("request_id", "t_ns")
+    shuffled = gaps(run.tokens.sample(fraction=1.0, shuffle=True, seed=3)).drop("rid").sort("request_id", "t_ns")
+    assert in_order.equals(shuffled)
+    # b's two chunks at t=3 form one group: its gaps are 3 -> 9 (k 1) and 9 -> 30
+    b = in_order.filter(pl.col("request_id") == "b")
+    assert b["gap_ns"].to_list() == [6 * MS, 21 * MS] and in_order.height == 5 + 2
