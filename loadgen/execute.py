@@ -97,6 +97,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     calibration = None
     if config.calibrate:
         calibration = await _calibrate(config, backend, url, headers, clock, writer, progress)
+    else:
+        _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
+                       "report cannot split TTFT into queueing and prefill")
     # --- end explain ---
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
     t0 = mono_now + START_LEAD_NS

@@ -3,6 +3,7 @@
 Each test runs `loadgen run` on the built-in engine simulator (its truth lands in RUN_DIR/sim_truth.parquet),
 then `loadgen report`, and compares decomposition.parquet with the truth by request id.
 """
+import orjson
 import polars as pl
 import pytest
 
@@ -93,6 +94,12 @@ def test_prefill_vs_decode_report_shows_ttft_rising_and_tpot_flat(tmp_path):
     assert ttft == sorted(ttft) and ttft[-1] >= 3 * ttft[0], text
     assert max(tpot) <= 1.25 * min(tpot), text
     assert "TTFT grows with prompt length" in text  # the diagnosis says so in words
+    # the roofline: the single-stream decode rate measured by the idle probes against an H100's ceiling
+    p = loadgen("report", run_dir, "--format", "json", "--device", "h100-sxm",
+                "--model-config", "tests/data/llama-3-8b-config.json")
+    roof = orjson.loads(p.stdout)["roofline"]
+    assert roof["kv_bytes_per_token"] == 131072 and 190 < roof["single_stream_ceiling_tok_s"] < 210
+    assert roof["measured_from"].startswith("idle-server probes") and roof["measured_single_stream_tok_s"] > 0
 
 
 def test_scraped_metrics_cross_check_and_kv_diagnosis(tmp_path):
