@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -102,7 +102,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "target": {"url": redact_url(url), "backend": "openai", "api": config.api,
                    "builtin_sim": builtin_sim},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
-               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, timezone.utc).isoformat()},
+               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "schedule": {"requests": len(schedule), "process": config.arrivals.process,

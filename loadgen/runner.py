@@ -19,8 +19,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 
-from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, TIMEOUT,
-                              Recorder, Row)
+from loadgen.recorder import CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, TIMEOUT, Recorder, Row
 from loadgen.transport import TransportError
 
 
