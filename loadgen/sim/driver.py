@@ -1,11 +1,17 @@
 """Runs the engine (engine.py) in real time: plan a step, sleep until its end (an absolute
 deadline: the next step starts at the previous one's due end, so lateness never accumulates),
 apply it, hand the produced tokens to their requests. Engine stalls (faults) delay the start of
-the next step to the stall's end. Also feeds the engine's gauges and counters to /metrics."""
+the next step to the stall's end. Also feeds the engine's gauges and counters to /metrics, and
+with --step-log FILE writes one JSON line per step: start_ns, end_ns (monotonic ns),
+prefill_tokens, decode_seqs, seqs, kv_blocks_used, kv_blocks_total, running, waiting (after the
+step), preempted (sequences preempted to make room for it)."""
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import BinaryIO
+
+import orjson
 
 from loadgen.sim.clock import sleep_until_ns
 from loadgen.sim.engine import Engine, EngineConfig, Seq
@@ -22,10 +28,18 @@ class EngineBackend:
         self.metrics = None  # SimMetrics, set by the caller
         self._seqs: dict[int, Seq] = {}
         self._wake = asyncio.Event()
+        self.step_log: BinaryIO | None = None
+        self._cancelled: list[EngineGeneration] = []  # client gone before the end: drop at the next step
 
-    def submit(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int) -> EngineGeneration:
-        gen = EngineGeneration(request_id, arrival_ns, prompt_ids, max_tokens)
+    def close(self) -> None:
+        if self.step_log is not None:
+            self.step_log.close()
+            self.step_log = None
+
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
+        gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
         self._seqs[id(gen)] = self.engine.add(gen)  # ValueError: too long for the model/KV pool
+        gen.on_cancel = self._cancelled.append
         self._wake.set()
         return gen
 
@@ -41,9 +55,10 @@ class EngineBackend:
         return t_ns
 
     def _drop_cancelled(self) -> None:
-        for seq in [s for s in list(self.engine.running) + list(self.engine.waiting) if s.req.cancelled]:
-            self.engine.drop(seq)
-            self._seqs.pop(id(seq.req), None)
+        while self._cancelled:
+            seq = self._seqs.pop(id(self._cancelled.pop()), None)
+            if seq is not None:
+                self.engine.drop(seq)
 
     async def run(self) -> None:
         e = self.engine
@@ -57,7 +72,11 @@ class EngineBackend:
                 continue
             now = time.monotonic_ns()
             start = prev_end if prev_end is not None else now
-            start = self._after_stalls(start)
+            stalled_start = self._after_stalls(start)
+            if stalled_start != start:
+                for seq in list(e.running) + list(e.waiting):
+                    seq.req.stalled = True
+                start = stalled_start
             step = e.schedule(start)
             if step is None:  # only requests that arrive after `start` (we are running behind)
                 prev_end = None
@@ -69,7 +88,14 @@ class EngineBackend:
                 seq.req.produced(step.end_ns)
                 if done:
                     self._seqs.pop(id(seq.req), None)
+            await asyncio.sleep(0)  # let the woken streams write before any bookkeeping
             prev_end = step.end_ns
+            if self.step_log is not None:
+                self.step_log.write(orjson.dumps({
+                    "start_ns": step.start_ns, "end_ns": step.end_ns, "prefill_tokens": step.prefill_tokens,
+                    "decode_seqs": step.decode_tokens, "seqs": len(step.items),
+                    "kv_blocks_used": e.cfg.kv_blocks - e.free_blocks, "kv_blocks_total": e.cfg.kv_blocks,
+                    "running": len(e.running), "waiting": len(e.waiting), "preempted": len(step.preempted)}) + b"\n")
             m = self.metrics
             if m is not None:
                 m.counters["vllm:prompt_tokens"] += step.prefill_tokens

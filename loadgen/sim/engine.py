@@ -14,7 +14,7 @@ prompt larger than the remaining budget is split over steps (chunked prefill). K
 in blocks of BLOCK_SIZE tokens for the tokens computed so far. When a sequence's computed tokens
 catch up with its tokens, it samples one output token (its first, after the prompt).
 
-Prefix caching (optional): full prompt blocks are named by a chain hash of their token ids; a
+Prefix caching (optional): full prompt blocks are named by a chain hash of their tokens; a
 new or recomputed sequence skips computing the leading blocks already computed by anyone
 (at least one token is always computed). Simplification: cached blocks save compute only, the
 sequence still holds its own blocks in the pool; the cache remembers at most the pool's size in
@@ -55,7 +55,7 @@ class Request:
     # What the engine needs from a request (EngineGeneration in the server, or a test double).
     request_id: str
     arrival_ns: int
-    prompt_ids: list[int]
+    prompt: list  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
     max_tokens: int
     scheduled_ns: int | None
     preemptions: int
@@ -70,11 +70,12 @@ class Seq:
     num_output: int = 0
     num_computed: int = 0
     blocks: int = 0
+    is_running: bool = False
     block_hashes: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.req.prompt_ids) + self.num_output
+        return len(self.req.prompt) + self.num_output
 
 
 @dataclass
@@ -101,23 +102,21 @@ class Engine:
         self.last_end_ns: int | None = None
 
     # --- requests in and out
-    def max_tokens_for(self, prompt_tokens: int) -> int:
-        return min(self.profile.max_model_len, self.cfg.kv_capacity_tokens) - prompt_tokens
-
     def add(self, req: Request) -> Seq:
-        if len(req.prompt_ids) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
-            raise ValueError(f"prompt ({len(req.prompt_ids)} tokens) + max_tokens ({req.max_tokens}) exceeds "
+        if len(req.prompt) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
+            raise ValueError(f"prompt ({len(req.prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds "
                              f"the model length / KV capacity "
                              f"({min(self.profile.max_model_len, self.cfg.kv_capacity_tokens)} tokens)")
-        if len(req.prompt_ids) == 0:
+        if len(req.prompt) == 0:
             raise ValueError("the prompt is empty (0 tokens)")
         seq = Seq(req, order=0)
         self.waiting.append(seq)
         return seq
 
     def drop(self, seq: Seq) -> None:  # client gone
-        if seq in self.running:
+        if seq.is_running:
             self.running.remove(seq)
+            seq.is_running = False
         elif seq in self.waiting:
             self.waiting.remove(seq)
         self._free(seq)
@@ -146,6 +145,7 @@ class Engine:
 
     def _preempt(self, seq: Seq) -> None:
         self.running.remove(seq)
+        seq.is_running = False
         self._free(seq)
         seq.num_computed = 0
         seq.req.preemptions += 1
@@ -153,7 +153,7 @@ class Engine:
         self.waiting.appendleft(seq)
 
     def _prefix_hit(self, seq: Seq) -> None:
-        ids = seq.req.prompt_ids
+        ids = seq.req.prompt
         if not seq.block_hashes:
             h = 0
             for k in range(len(ids) // BLOCK_SIZE):
@@ -176,19 +176,19 @@ class Engine:
         budget = self.cfg.max_num_batched_tokens
         items: list[tuple[Seq, int]] = []
         preempted: list[Seq] = []
-        for seq in list(self.running):
+        for seq in list(self.running):  # in admission order
             if budget == 0:
                 break
-            if seq not in self.running:  # preempted by an earlier one in this loop
+            if not seq.is_running:  # preempted by an earlier one in this loop
                 continue
             n = min(seq.num_tokens - seq.num_computed, budget)
             while not self._grow(seq, n):
-                victim = max(self.running, key=lambda s: s.order)
+                victim = self.running[-1]  # the most recently admitted
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
                     break
-            if seq in self.running:
+            if seq.is_running:
                 items.append((seq, n))
                 budget -= n
         if not preempted:
@@ -204,13 +204,32 @@ class Engine:
                 self._order += 1
                 seq.order = self._order
                 self.running.append(seq)
+                seq.is_running = True
                 if seq.req.scheduled_ns is None:
                     seq.req.scheduled_ns = start_ns
                 items.append((seq, n))
                 budget -= n
         if not items:
             return None
-        return self._timed(start_ns, items, preempted)
+        step = self._timed(start_ns, items, preempted)
+        self._account_stalls(step)
+        return step
+
+    def _account_stalls(self, step: Step) -> None:
+        # charged when the step is planned: every sequence with a token and not done loses the
+        # gap since the last step (an engine stall) and, unless it decodes in this step, the
+        # whole step; if it decodes, the step's extra time over a decode-only step
+        dur = step.end_ns - step.start_ns
+        gap = 0 if self.last_end_ns is None else max(0, step.start_ns - self.last_end_ns)
+        self.last_end_ns = step.end_ns
+        decoding = {id(s) for s, n in step.items if not self._in_prefill(s)}
+        extra = dur - step.decode_only_ns
+        for seq in self.running:
+            if seq.num_output:
+                seq.req.stall_ns += gap + (extra if id(seq) in decoding else dur)
+        for seq in self.waiting:
+            if seq.num_output:
+                seq.req.stall_ns += gap + dur
 
     def _timed(self, start_ns: int, items: list[tuple[Seq, int]], preempted: list[Seq]) -> Step:
         def cost(sel: list[tuple[Seq, int]]) -> int:
@@ -233,21 +252,13 @@ class Engine:
     def complete(self, step: Step) -> list[tuple[Seq, bool]]:
         """Apply a step at its end; returns (sequence, finished) for each one that produced a
         token at step.end_ns."""
-        dur = step.end_ns - step.start_ns
-        gap = 0 if self.last_end_ns is None else max(0, step.start_ns - self.last_end_ns)
-        self.last_end_ns = step.end_ns
-        decoding = {id(s) for s, n in step.items if not self._in_prefill(s)}
-        # stall accounting for every sequence that already has a token and is not done
-        for seq in list(self.running) + list(self.waiting):
-            if seq.num_output == 0:
-                continue
-            seq.req.stall_ns += gap if seq.req.scheduled_ns is not None else 0
-            seq.req.stall_ns += (dur - step.decode_only_ns) if id(seq) in decoding else dur
         out = []
         for seq, n in step.items:
             seq.num_computed += n
-            if self.cfg.prefix_caching:
-                for h in seq.block_hashes[: min(seq.num_computed, len(seq.req.prompt_ids)) // BLOCK_SIZE]:
+            if self.cfg.prefix_caching and seq.num_computed - n < len(seq.req.prompt):
+                # prompt blocks completed by this step become cached
+                lo = (seq.num_computed - n) // BLOCK_SIZE
+                for h in seq.block_hashes[lo: min(seq.num_computed, len(seq.req.prompt)) // BLOCK_SIZE]:
                     self._cache[h] = None
                     self._cache.move_to_end(h)
                 while len(self._cache) > self.cfg.kv_blocks:
@@ -257,6 +268,7 @@ class Engine:
                 done = seq.num_output >= seq.req.max_tokens
                 if done:
                     self.running.remove(seq)
+                    seq.is_running = False
                     self._free(seq)
                 out.append((seq, done))
         return out

@@ -12,7 +12,7 @@ from loadgen.sim.profiles import load_profile
 class Req:
     request_id: str
     arrival_ns: int
-    prompt_ids: list[int]
+    prompt: list[int]
     max_tokens: int
     scheduled_ns: int | None = None
     preemptions: int = 0

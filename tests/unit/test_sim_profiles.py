@@ -17,9 +17,11 @@ def fit_errors() -> list[tuple[str, float]]:
     p = load_profile("h200-llama8b")
     out = []
     for r in MEASURED["prefill"]:
-        out.append((f"prefill batch={r['batch']} prompt={r['prompt']}", p.prefill_ns(r["batch"], r["prompt"]) / 1e6 / r["ms"] - 1))
+        model_ms = p.prefill_ns(r["batch"], r["prompt"]) / 1e6
+        out.append((f"prefill batch={r['batch']} prompt={r['prompt']}", model_ms / r["ms"] - 1))
     for r in MEASURED["decode"]:
-        out.append((f"decode batch={r['batch']} context={r['context']}", p.decode_ns(r["batch"], r["context"]) / 1e6 / r["step_ms"] - 1))
+        model_ms = p.decode_ns(r["batch"], r["context"]) / 1e6
+        out.append((f"decode batch={r['batch']} context={r['context']}", model_ms / r["step_ms"] - 1))
     return out
 
 
