@@ -582,10 +582,9 @@ def _prefix(p: Any, bad, integer) -> PrefixSpec | None:
         return None
     if not isinstance(p, dict):
         return None  # reported as "must be a table"
-    tokens = integer("prefix.tokens", None, 1)
-    if tokens is None:
+    if "tokens" not in p:
         bad("prefix.tokens", "missing: the shared prefix's length in tokens")
-        tokens = 1
+    tokens = integer("prefix.tokens", 1, 1) or 1
     groups = integer("prefix.groups", 1, 1) or 1
     fraction = p.get("fraction", 1.0)
     if not _number(fraction) or not 0 <= fraction <= 1:
