@@ -117,26 +117,31 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
         return pl.col(c).str.strip_chars().cast(pl.Int64, strict=False)
 
     try:
-        df = (lf.with_row_index("line", offset=2)
-              .select("line", ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
+        df = (lf.select(ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
               .collect(engine="streaming"))
     except pl.exceptions.PolarsError as e:
         raise TraceError([f"{p}: unreadable CSV: {e}"]) from None
-    reason = (pl.when(pl.col("t").is_null()).then(pl.lit(f"{t_col} is not a valid timestamp"))
-              .when(pl.col("t") < 0).then(pl.lit(f"{t_col} is negative"))
-              .when(pl.col("p").is_null() | (pl.col("p") < 0)).then(pl.lit(f"{in_col} is not an integer >= 0"))
-              .when(pl.col("o").is_null() | (pl.col("o") < 0)).then(pl.lit(f"{out_col} is not an integer >= 0"))
-              .when(pl.col("t") < pl.col("t").cum_max().shift(1))
-              .then(pl.lit(f"{t_col} is earlier than the row before (the trace must be sorted)"))
-              .otherwise(None))
-    df = df.with_columns(reason.alias("bad"))
-    bad = df.filter(pl.col("bad").is_not_null())
+    # A cheap boolean pass first; line numbers and reasons only for the (usually zero) bad rows.
+    t, pp, o = pl.col("t"), pl.col("p"), pl.col("o")
+    unsorted = t < t.cum_max().shift(1)
+    bad_mask = df.select((t.is_null() | (t < 0) | pp.is_null() | (pp < 0) | o.is_null() | (o < 0)
+                          | unsorted.fill_null(False)).alias("bad"))["bad"]
     skipped: dict[str, int] = {}
-    if bad.height:
+    n_bad = int(bad_mask.sum())
+    if n_bad:
         if not skip:
-            raise _bad_rows(p, bad["line"].to_list(), bad["bad"].to_list())
-        skipped = {"bad_rows": bad.height}
-        df = df.filter(pl.col("bad").is_null())
+            reason = (pl.when(t.is_null()).then(pl.lit(f"{t_col} is not a valid timestamp"))
+                      .when(t < 0).then(pl.lit(f"{t_col} is negative"))
+                      .when(pp.is_null() | (pp < 0)).then(pl.lit(f"{in_col} is not an integer >= 0"))
+                      .when(o.is_null() | (o < 0)).then(pl.lit(f"{out_col} is not an integer >= 0"))
+                      .otherwise(pl.lit(f"{t_col} is earlier than the row before (the trace must be sorted)")))
+            bad = (df.with_row_index("line", offset=2).filter(bad_mask).head(_SHOW)
+                   .select("line", reason.alias("why")))
+            lines = bad["line"].to_list() + [0] * (n_bad - bad.height)
+            return_err = _bad_rows(p, lines, bad["why"].to_list() + [""] * (n_bad - bad.height))
+            raise return_err
+        skipped = {"bad_rows": n_bad}
+        df = df.filter(~bad_mask)
     if fmt == "burstgpt":
         failed = df.filter(pl.col("o") == 0).height
         if failed:
