@@ -13,7 +13,7 @@ request adds: the user message (minus the prefix, which is sent as its own part)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from loadgen.config import Lengths, RunConfig
 
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
-_MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM = 4, 5, 6, 7, 8
+_MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
 NONE = -1  # "not set" in the int64 columns below
 
 
@@ -41,12 +41,13 @@ class Schedule:
     new_tokens: np.ndarray = None     # int64, tokens of the text this request adds (excl. prefix)
     prefix_tokens: int = 0
     blocks: list | None = None        # Mooncake replay: the prompt's 512-token block ids per row
+    conversation: np.ndarray = None   # int64, ShareGPT conversation used (-1 = synthetic text)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self):
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
-                           ("think_ns", 0)):
+                           ("think_ns", 0), ("conversation", NONE)):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
         if self.new_tokens is None:
@@ -92,6 +93,34 @@ def _arrivals(config: RunConfig, trace) -> np.ndarray:
 
 def build(config: RunConfig, trace=None) -> Schedule:
     """`trace`: an already read traces.Trace for config.trace (read here when None)."""
+    s = _build(config, trace)
+    if config.dataset is not None:
+        from loadgen import datasets
+
+        s = _with_dataset(config, s, datasets.load_sharegpt(config.dataset))
+    return s
+
+
+def _with_dataset(config: RunConfig, s: Schedule, convs) -> Schedule:
+    """Prompt text from ShareGPT human turns: a conversation per session (or request); the plan's
+    lengths count its words (the run records the tokenizer's count in planned_prompt_tokens)."""
+    units = s.session if config.session is not None else np.arange(len(s))
+    pick = np.random.default_rng(sub_seed(config.seed, _DATASET_STREAM)).integers(0, len(convs), len(s))
+    conv = pick[np.maximum(units, 0)]
+    new = np.array([len(convs.human_turns[c][max(t, 0) % len(convs.human_turns[c])].split())
+                    for c, t in zip(conv.tolist(), s.turn.tolist())], dtype=np.int64)
+    prompt = np.where(s.prefix_group != NONE, s.prefix_tokens, 0) + new
+    if config.session is not None:  # add the history: earlier messages and planned replies
+        history = 0
+        for r in range(len(s)):
+            history = 0 if s.turn[r] == 0 else history
+            prompt[r] += history
+            history += int(new[r] + s.max_tokens[r])
+    s.info["dataset"] = {"file": convs.source, "conversations": len(convs), "skipped": convs.skipped}
+    return replace(s, prompt_tokens=prompt, new_tokens=new, conversation=conv.astype(np.int64))
+
+
+def _build(config: RunConfig, trace=None) -> Schedule:
     from loadgen import traces
 
     cache: dict[str, object] = {}
