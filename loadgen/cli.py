@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from loadgen.config import ConfigError
     from loadgen.results import ResultsError
+    from loadgen.datasets import DatasetError
+    from loadgen.prompts import TokenizerError
     from loadgen.traces import TraceError
 
     try:
@@ -102,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2
-    except TraceError as e:
-        print("invalid trace:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
+    except (TraceError, DatasetError) as e:
+        print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
+        return 2
+    except TokenizerError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except ResultsError as e:
         print(f"error: {e}", file=sys.stderr)
