@@ -9,6 +9,7 @@ piles the cut tails onto the bounds rather than resampling, so say min/max where
     { dist = "normal", mean = 300, sd = 80, min = 1, max = 1024 }
     { dist = "lognormal", median = 200, sigma = 0.8, min = 1, max = 8192 }   sigma: sd of ln(length)
     { dist = "empirical", values = [12, 40, 40, 900] }   resampled with replacement
+    { dist = "cycle", values = [200, 2000] }             request i gets values[i % len]: alternation
     { dist = "empirical", trace = "traces/x.csv", format = "burstgpt" }      the trace's prompt (for
                                                          prompt.tokens) or output (output.tokens) lengths
     { dist = "mixture", components = [ { weight = 0.7, dist = "normal", ... }, { weight = 0.3, ... } ] }
@@ -26,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical", "mixture")
+DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical", "mixture", "cycle")
 DEFAULT_MAX = 1_000_000
 _KEYS = {
     "fixed": {"value"}, "uniform": {"min", "max"}, "normal": {"mean", "sd", "min", "max"},
     "lognormal": {"median", "sigma", "min", "max"}, "empirical": {"values", "trace", "format", "min", "max"},
-    "mixture": {"components", "min", "max"},
+    "mixture": {"components", "min", "max"}, "cycle": {"values"},
 }
 
 
@@ -101,6 +102,13 @@ def parse(v: Any, key: str, bad: Callable[[str, str], None], base_dir: Path) -> 
     if dist == "lognormal":
         return Lengths("lognormal", min=lo, max=hi, median=float(num("median", minimum=0, strict=True)),
                        sigma=float(num("sigma", minimum=0)))
+    if dist == "cycle":
+        values = v.get("values")
+        if (not isinstance(values, list) or not values
+                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
+            bad(f"{key}.values", "must be a non-empty list of integers >= 1")
+            return Lengths(value=1)
+        return Lengths("cycle", values=tuple(values))
     if dist == "empirical":
         values, trace = v.get("values"), v.get("trace")
         if (values is None) == (trace is None):
@@ -149,6 +157,8 @@ def sample(spec: Lengths, n: int, seed: np.random.SeedSequence,
         return np.full(n, spec.value, dtype=np.int64)
     if spec.dist == "uniform":
         return rng.integers(spec.min, spec.max + 1, n, dtype=np.int64)
+    if spec.dist == "cycle":
+        return np.resize(np.asarray(spec.values, dtype=np.int64), n)
     if spec.dist == "normal":
         raw = rng.normal(spec.mean, spec.sd, n)
     elif spec.dist == "lognormal":
