@@ -50,7 +50,7 @@ class Lengths:
     trace: str = ""                  # empirical, from a trace file (resolved path)
     trace_format: str = ""           # "" = sniffed
     weights: tuple[float, ...] = ()  # mixture, normalized to sum 1
-    components: tuple["Lengths", ...] = ()
+    components: tuple[Lengths, ...] = ()
 
 
 def parse(v: Any, key: str, bad: Callable[[str, str], None], base_dir: Path) -> Lengths:

@@ -76,7 +76,7 @@ class LocalTokenizer(Tokenizer):
                                  "pip install tokenizers") from None
         try:
             self._tok = HFTokenizer.from_file(str(p))
-        except Exception as e:  # the library raises a bare Exception on a bad file
+        except Exception as e:  # noqa: BLE001 - the library raises a bare Exception on a bad file
             raise TokenizerError(f"prompt.tokenizer_file: {p} is not a tokenizer.json the `tokenizers` "
                                  f"package can read: {e}") from None
         self.detail = str(p)

@@ -76,8 +76,8 @@ def sniff(path: str | Path) -> str:
         return "azure"
     if "Request tokens" in cols:
         return "burstgpt"
-    raise TraceError([f"{p}:1: cannot tell the trace format from this line; pass --trace-format "
-                      f"({', '.join(FORMATS)})"])
+    raise TraceError([(f"{p}:1: cannot tell the trace format from this line; pass --trace-format "
+                       f"({', '.join(FORMATS)})")])
 
 
 def read(path: str | Path, fmt: str = "", *, skip_bad_rows: bool = False) -> Trace:
@@ -102,8 +102,8 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
         raise TraceError([f"{p}: not a readable CSV file: {e}"]) from None
     missing = [c for c in (t_col, in_col, out_col) if c not in names]
     if missing:
-        raise TraceError([f"{p}:1: missing column(s) {', '.join(map(repr, missing))} for the {fmt} format "
-                          f"(found {', '.join(map(repr, names))})"])
+        raise TraceError([(f"{p}:1: missing column(s) {', '.join(map(repr, missing))} for the {fmt} format "
+                           f"(found {', '.join(map(repr, names))})")])
     if fmt == "azure":
         ts = (pl.col(t_col).str.strip_chars()
               .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
@@ -178,10 +178,11 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
                 continue
             try:
                 obj = orjson.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
-            except (orjson.JSONDecodeError, ValueError) as e:
+            except orjson.JSONDecodeError as e:
                 bad_lines.append(ln), bad_reasons.append(f"not a JSON object ({e})")
+                continue
+            if not isinstance(obj, dict):
+                bad_lines.append(ln), bad_reasons.append("not a JSON object")
                 continue
             t, a, b = obj.get(t_key), obj.get(in_key), obj.get(out_key)
             why = None

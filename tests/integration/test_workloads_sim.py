@@ -1,5 +1,6 @@
 """Workload shapes against the simulator: exact prompt lengths by its /tokenize, multi-turn sessions
 and shared prefixes end to end."""
+import itertools
 import textwrap
 
 import numpy as np
@@ -61,7 +62,7 @@ def test_multi_turn_sessions_against_the_sim(tmp_path, fixed_sim, api):
     assert req.height == 9 and set(req["outcome"]) == {"ok"}
     assert req["session"].to_list() == [0, 0, 0, 1, 1, 1, 2, 2, 2] and req["turn"].to_list() == [0, 1, 2] * 3
     rows = req.to_dicts()
-    for prev, r in zip(rows, rows[1:]):
+    for prev, r in itertools.pairwise(rows):
         if r["turn"]:
             # sent think time after the previous reply completed, carrying the history
             assert r["intended_ns"] == prev["done_ns"] + 100_000_000

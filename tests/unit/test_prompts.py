@@ -5,7 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadgen import prompts
-from loadgen.prompts import ApproximateTokenizer, LocalTokenizer, PromptMaker, TokenizerError
+from loadgen.prompts import (
+    ApproximateTokenizer,
+    LocalTokenizer,
+    PromptMaker,
+    TokenizerError,
+)
 
 SENTENCES = ["the quick brown fox jumps over the lazy dog", "kalo mine rusa tevo zupe digo haji fube",
              "a prompt of exactly n tokens, checked by a round trip.", "1 2 3 x y z I a"] * 20

@@ -1,6 +1,7 @@
 """Session turns in the dispatcher: each later turn is sent think time after the previous reply is done,
 carrying the history; a failed turn ends its conversation. Virtual clock, scripted server."""
 import asyncio
+import itertools
 
 import orjson
 
@@ -45,7 +46,7 @@ def test_each_turn_is_sent_think_time_after_the_previous_reply():
     # 2 sessions x 3 turns; replies take 50 ms + 3 x 10 ms; think 1 s.
     status, rows, calls, transport = run(session_rows([0, 100], 3, 1000), lambda rid: completion_stream(4, 0.05, 0.01))
     assert status == "complete" and all(r.outcome == OK for r in rows)
-    for prev, r in zip(rows, rows[1:]):
+    for prev, r in itertools.pairwise(rows):
         if r.turn:
             assert r.intended_ns == prev.done_ns + 1000 * MS
             assert r.dispatched_ns == r.intended_ns  # on time

@@ -46,8 +46,7 @@ def main(out: Path = HERE) -> None:
     start = datetime(2023, 11, 16, 18, 0, 0)
     with open(out / "azure_synthetic.csv", "w") as f:
         f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
-        for ti, pi, oi in zip(t, p, o):
-            f.write(f"{(start + timedelta(seconds=float(ti))).strftime('%Y-%m-%d %H:%M:%S.%f')}0,{pi},{oi}\n")
+        f.writelines(f"{(start + timedelta(seconds=float(ti))).strftime('%Y-%m-%d %H:%M:%S.%f')}0,{pi},{oi}\n" for ti, pi, oi in zip(t, p, o))
     # BurstGPT layout; ~3% failed requests (Response tokens 0), as in the real logs.
     failed = rng.random(ROWS) < 0.03
     models = np.where(rng.random(ROWS) < 0.8, "ChatGPT", "GPT-4")
@@ -68,12 +67,12 @@ def main(out: Path = HERE) -> None:
             while len(ids) < n_blocks:
                 ids.append(next_id)
                 next_id += 1
-            f.write('{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [%s]}\n'
-                    % (round(ti * 1000), pi, oi, ", ".join(map(str, ids))))
+            f.write(f'{{"timestamp": {round(ti * 1000)}, "input_length": {pi}, "output_length": {oi}, '
+                    f'"hash_ids": [{", ".join(map(str, ids))}]}}\n')
     with open(out / "loadgen_synthetic.jsonl", "w") as f:
         for i, (ti, pi, oi) in enumerate(zip(t, p, o)):
-            f.write('{"request_id": "t-%06d", "intended_ns": %d, "prompt_tokens": %d, "max_tokens": %d}\n'
-                    % (i, round(ti * 1e9), pi, oi))
+            f.write(f'{{"request_id": "t-{i:06d}", "intended_ns": {round(ti * 1e9)}, "prompt_tokens": {pi}, '
+                    f'"max_tokens": {oi}}}\n')
     (out / "README.md").write_text(header.lstrip("# ") + "\n" + __doc__)
 
 
