@@ -512,7 +512,10 @@ def _rate_or_zero(key: str, v: Any, bad, rate_at) -> float:
 def _trace(t: dict, base_dir: Path, bad, duration, rate_at) -> TraceSpec:
     f = t.get("file")
     path = ""
-    if not isinstance(f, str) or not f:
+    if f is None:
+        bad("trace.file", "missing: a [trace] table (or --time-scale, --trace-format, --skip-bad-rows) "
+            "needs a trace file: set trace.file or pass --trace FILE")
+    elif not isinstance(f, str) or not f:
         bad("trace.file", f"must be a file name, got {f!r}")
     else:
         p = Path(f) if Path(f).is_absolute() else base_dir / f
