@@ -146,7 +146,11 @@ def _build(config: RunConfig, trace=None) -> Schedule:
         output = trace.output_tokens[first:first + n].clip(1)
         if trace.hash_ids is not None:
             blocks = trace.hash_ids[first:first + n]
-            group = np.array([b[0] if b else NONE for b in blocks], dtype=np.int64)
+            # prefix_group = the first block id when another planned row starts with it too
+            first_ids = np.array([b[0] if b else NONE for b in blocks], dtype=np.int64)
+            ids, counts = np.unique(first_ids, return_counts=True)
+            shared = np.isin(first_ids, ids[counts > 1]) & (first_ids != NONE)
+            group = np.where(shared, first_ids, NONE).astype(np.int64)
         if trace.prefix_group is not None:
             group = trace.prefix_group[first:first + n].copy()
     else:
