@@ -122,6 +122,9 @@ def parse(v: Any, key: str, bad: Callable[[str, str], None], base_dir: Path) -> 
             if not path.is_file():
                 bad(f"{key}.trace", f"no such file {str(path)!r}")
             fmt = v.get("format", "")
+            if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):
+                bad(f"{key}.format", f"must be one of azure, mooncake, burstgpt, jsonl, got {fmt!r}")
+                fmt = ""
             return Lengths("empirical", min=lo, max=hi, trace=str(path), trace_format=fmt)
         if (not isinstance(values, list) or not values
                 or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):

@@ -87,6 +87,8 @@ def test_empirical_resamples_only_given_values_in_proportion():
     ({"dist": "empirical"}, "prompt.tokens: empirical needs exactly one of values"),
     ({"dist": "empirical", "values": [1, 0]}, "prompt.tokens.values: must be a non-empty list of integers >= 1"),
     ({"dist": "empirical", "trace": "nope.csv"}, "prompt.tokens.trace: no such file"),
+    ({"dist": "empirical", "trace": "x.csv", "format": "tsv"}, "prompt.tokens.format: must be one of azure"),
+    ({"dist": "cycle", "values": []}, "prompt.tokens.values: must be a non-empty list"),
     # mixture weights must be positive, components must not nest
     ({"dist": "mixture", "components": [{"weight": 0, "value": 3}]}, "components[0].weight: must be a number > 0"),
     ({"dist": "mixture", "components": [{"weight": 1, "dist": "mixture", "components": []}]},

@@ -69,6 +69,20 @@ def test_a_failed_turn_drops_the_rest_of_its_conversation_only():
     assert rows[2].error_kind == "session_broken" and rows[2].intended_ns is None and rows[2].dispatched_ns is None
 
 
+def test_stop_during_think_time_cancels_the_later_turns():
+    rows = session_rows([0], 3, 5000)
+
+    async def main():
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(1.0, stop.set)  # s0t0 is done at 80 ms; s0t1 is due at 5.08 s
+        runner = Runner(rows, [b"{}"] * 3, OpenAIBackend("completions", "m", {}),
+                        ScriptedTransport(lambda rid: completion_stream(4, 0.05, 0.01)), LoopClock(), Recorder(rows),
+                        next_body=lambda j, prev, reads: (b"{}", 1))
+        return await runner.run(stop)
+    assert run_virtual(main()) == "interrupted"
+    assert [r.outcome for r in rows] == [OK, "cancelled", "cancelled"] and rows[1].dispatched_ns is None
+
+
 def test_turns_share_the_concurrency_cap_and_the_drain_waits_for_all_turns():
     # Cap 1: session 1's first turn waits behind session 0's turn 0; the run still completes every turn,
     # although the last turn is dispatched long after the last timed arrival (the drain starts later).

@@ -107,6 +107,12 @@ def test_trace_flag_replaces_arrivals_and_lengths(tmp_path, name):
         assert (s.prefix_group != NONE).sum() > len(s) // 2
 
 
+def test_trace_times_only_keeps_the_workload_lengths(tmp_path):
+    path = ROOT / "workloads" / "traces" / "burstgpt_synthetic.csv"
+    s = build(load(tmp_path, f'[trace]\nfile = "{path}"\nlengths = false\n'))
+    assert np.all(s.prompt_tokens == 300) and np.all(s.max_tokens == 20) and len(s) == 200
+
+
 def test_trace_target_rate_and_window(tmp_path):
     path = ROOT / "workloads" / "traces" / "azure_synthetic.csv"
     c = load(tmp_path, f'[trace]\nfile = "{path}"\nrate = "10/s"\nstart = "5s"\nlimit = 50\n',
