@@ -84,13 +84,18 @@ class Bodies:
         return self.maker.text(n, self._rng(0, i))
 
     def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
-        if self.backend.api == "chat":
-            msgs = ([{"role": "system", "content": prefix}] if prefix else []) + [
-                {"role": role, "content": text} for role, text in messages]
-            payload = {"model": self.backend.model, "messages": msgs}
-        else:
+        # One prompt text: the backend's own body() (any backend). Several chat messages: the backend's
+        # body_messages() when it has one, else the OpenAI chat shape (messages also suit Ollama /api/chat).
+        if self.backend.api != "chat":
             text = "\n".join(t for _, t in messages)
-            payload = {"model": self.backend.model, "prompt": f"{prefix}\n{text}" if prefix else text}
+            return self.backend.body(f"{prefix}\n{text}" if prefix else text, max_tokens)
+        if not prefix and len(messages) == 1:
+            return self.backend.body(messages[0][1], max_tokens)
+        msgs = ([{"role": "system", "content": prefix}] if prefix else []) + [
+            {"role": role, "content": text} for role, text in messages]
+        if hasattr(self.backend, "body_messages"):
+            return self.backend.body_messages(msgs, max_tokens)
+        payload = {"model": self.backend.model, "messages": msgs}
         payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
         payload.update(self.backend.extra_body)
         return orjson.dumps(payload)

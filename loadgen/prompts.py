@@ -230,3 +230,8 @@ class PromptMaker:
 
     def summary(self) -> dict:
         return {"checked": self.checked, "exact": self.exact, "max_abs_error": self.max_abs_error}
+
+
+def synthetic_text(n_tokens: int, rng: np.random.Generator) -> str:
+    """n distinct words (n tokens under the simulator's whitespace rule); kept for the skeleton's callers."""
+    return " ".join(word_walk(rng, n_tokens)) if n_tokens > 0 else ""
