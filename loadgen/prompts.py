@@ -14,6 +14,11 @@ prompt and two prompts start at unrelated words: a prefix cache gets no free hit
 should not share. Under a whitespace tokenizer each word is one token and the text is N words. For any
 other tokenizer, fit() searches the number of words whose text counts <= N, then appends single-token
 fillers until the count is exactly N, and the final count is checked by a round trip.
+
+Round-trip checks (an exact tokenizer counts the finished text; the manifest gets checked / exact /
+max_abs_error): every fitted prompt; for a whitespace-exact tokenizer, where the text is N words by
+construction, the first FULL_CHECKS prompts and then every CHECK_EVERY-th (each check is one
+/tokenize request before the run starts).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ _PRIME = 1_048_573  # largest prime below 16^5: the walk visits P distinct indic
 _WS = re.compile(r"\S+")
 # Pieces tried, in order, when a real tokenizer needs a few more tokens than whole words give.
 _FILLERS = [" " + s for s in _SYLLABLES] + [" a", " I", " 1", " 2", " 3", " x", " y", " z", ".", ","]
+FULL_CHECKS, CHECK_EVERY = 500, 20
 
 
 class TokenizerError(Exception):
@@ -178,6 +184,7 @@ class PromptMaker:
     checked: int = 0
     exact: int = 0
     max_abs_error: int = 0
+    made: int = 0
     _ws: bool | None = field(default=None, repr=False)
 
     def text(self, n: int, rng: np.random.Generator) -> str:
@@ -187,11 +194,14 @@ class PromptMaker:
         if self._ws is None:
             self._ws = self.tokenizer.whitespace_exact()
         words = word_walk(rng, n)
+        self.made += 1
         if self._ws:
             text = " ".join(words)
+            if self.made <= FULL_CHECKS or self.made % CHECK_EVERY == 0:
+                self.check(text, n)
         else:
             text = self._fit(n, words, rng)
-        self.check(text, n)
+            self.check(text, n)
         return text
 
     def check(self, text: str, n: int) -> None:
@@ -229,7 +239,8 @@ class PromptMaker:
         return text
 
     def summary(self) -> dict:
-        return {"checked": self.checked, "exact": self.exact, "max_abs_error": self.max_abs_error}
+        return {"prompts": self.made, "checked": self.checked, "exact": self.exact,
+                "max_abs_error": self.max_abs_error}
 
 
 def synthetic_text(n_tokens: int, rng: np.random.Generator) -> str:

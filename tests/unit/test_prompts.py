@@ -46,7 +46,7 @@ def test_exact_lengths_under_a_bpe_tokenizer(bpe_json, n):
     assert not tok.whitespace_exact()  # the search path, not the one-word-one-token shortcut
     maker = PromptMaker(tok)
     text = maker.text(n, np.random.default_rng(n))
-    assert tok.count(text) == n and maker.summary() == {"checked": 1, "exact": 1, "max_abs_error": 0}
+    assert tok.count(text) == n and maker.summary() == {"prompts": 1, "checked": 1, "exact": 1, "max_abs_error": 0}
 
 
 @pytest.mark.parametrize("n", [1, 100, 4096])
@@ -85,3 +85,13 @@ def test_auto_falls_back_to_approximate_with_a_warning():
         prompts.resolve("server", "http://127.0.0.1:9", None)
     tok, warning = prompts.resolve("approximate", "http://127.0.0.1:9", None)
     assert tok.mode == "approximate" and warning is None  # asked for: no warning
+
+
+def test_whitespace_exact_tokenizers_check_the_first_prompts_then_a_sample(wordlevel_json):
+    maker = PromptMaker(LocalTokenizer(wordlevel_json))
+    rng = np.random.default_rng(0)
+    for _ in range(prompts.FULL_CHECKS + 3 * prompts.CHECK_EVERY):
+        maker.text(3, rng)
+    s = maker.summary()
+    assert s["prompts"] == prompts.FULL_CHECKS + 3 * prompts.CHECK_EVERY
+    assert s["checked"] == s["exact"] == prompts.FULL_CHECKS + 3 and s["max_abs_error"] == 0
