@@ -97,3 +97,20 @@ def test_replay_window_and_scale(kw, expected):
 def test_bad_parameters_raise(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_time_rescaled_ramp_gaps_are_unit_exponential():
+    # Under L(t) = r0 t + (r1 - r0) t^2 / (2T) the rescaled gaps of a Poisson ramp are Exp(1): a KS test
+    # at alpha = 0.001 checks the inversion itself, not just the count.
+    r0, r1, T = 2.0, 30.0, 200.0
+    t = arrivals.ramp(r0, r1, int(T * S), seed=13) / S
+    mass = r0 * t + (r1 - r0) * t ** 2 / (2 * T)
+    gaps = np.sort(np.diff(mass))
+    n = len(gaps)
+    cdf = 1 - np.exp(-gaps)
+    d = max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n))
+    assert d < 1.95 / math.sqrt(n)
+    # and the test can fail: treating the ramp as homogeneous at its mean rate is rejected
+    flat = np.sort(np.diff(t) * (r0 + r1) / 2)
+    cdf = 1 - np.exp(-flat)
+    assert max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n)) > 1.95 / math.sqrt(n)
