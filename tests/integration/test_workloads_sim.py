@@ -50,7 +50,9 @@ def run_workload(tmp_path, fixed_sim, extra: str, api: str = "chat", requests: i
         """) + textwrap.dedent(extra))
     out = tmp_path / "run"
     p = loadgen("run", str(w), "--url", fixed_sim.url, "--out", str(out), "--quiet")
-    assert p.returncode == 0, p.stderr
+    # 3 = the generator's own send lag was too high (a busy shared CI core): the rows checked here do not
+    # depend on timing, so that verdict is not this test's concern.
+    assert p.returncode in (0, 3), p.stderr
     run = read_run(out)
     assert run.manifest["workload"]["tokenizer"]["mode"] == "server"
     return run.requests.sort("idx")
@@ -91,7 +93,7 @@ def test_trace_replay_with_skip_count_in_the_manifest(tmp_path, fixed_sim):
     assert p.returncode == 2 and f"{trace}:3: Request tokens is not an integer" in p.stderr
     p = loadgen("run", str(w), "--url", fixed_sim.url, "--out", str(out), "--quiet", "--trace", str(trace),
                 "--skip-bad-rows")
-    assert p.returncode == 0, p.stderr
+    assert p.returncode in (0, 3), p.stderr  # 3: send lag verdict on a busy machine, see run_workload
     run = read_run(out)
     assert run.manifest["workload"]["trace"]["skipped"] == {"bad_rows": 1, "failed": 1}
     assert run.requests.sort("idx")["planned_prompt_tokens"].to_list() == [20, 25]
