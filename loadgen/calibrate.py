@@ -4,8 +4,8 @@ Why: without per-request server timings, TTFT is one number. Probing the idle se
 time, so nothing queues) measures what prefill alone costs at each prompt length; during the run,
 queue ~= ttft_from_send - connect - prefill(L) (analysis/decompose.py defines it).
 
-Probe plan (`probe_lengths`): prompt lengths spanning the workload's (fixed: that length; uniform: 5
-points from min to max), REPS repetitions each, PROBE_OUTPUT_TOKENS output tokens, sent sequentially
+Probe plan (`probe_lengths`): prompt lengths spanning the run's planned ones (their min, quartiles
+and max: 5 points at most, fewer when lengths repeat), REPS repetitions each, PROBE_OUTPUT_TOKENS output tokens, sent sequentially
 after one discarded warm-up request (it opens the connection). Each probe yields
     prefill_ms = first_token - connected      (server TTFT + network; the same quantity the run's
                                                estimate subtracts, so the network cancels out)
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.config import RunConfig
 from loadgen.recorder import Row
 
 REPS = 3
@@ -29,11 +28,11 @@ PROBE_OUTPUT_TOKENS = 8
 POINTS = 5
 
 
-def probe_lengths(config: RunConfig) -> list[int]:
-    p = config.prompt_tokens
-    if p.dist == "fixed":
-        return [p.value]
-    return sorted({int(round(x)) for x in np.linspace(p.min, p.max, POINTS)})
+def probe_lengths(planned_prompt_tokens) -> list[int]:
+    planned = np.asarray(planned_prompt_tokens, dtype=np.int64)
+    if planned.size == 0:
+        return []
+    return sorted({int(x) for x in np.quantile(planned, np.linspace(0, 1, POINTS), method="nearest")})
 
 
 def _polyfit(x: np.ndarray, y: np.ndarray, degree: int) -> list[float]:
@@ -89,8 +88,10 @@ def fit(probes: list[dict]) -> dict:
     }
 
 
-def probe_rows(config: RunConfig, now_ns: int) -> list[Row]:
+def probe_rows(planned_prompt_tokens, now_ns: int) -> list[Row]:
     """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths."""
-    lengths = probe_lengths(config)
+    lengths = probe_lengths(planned_prompt_tokens)
+    if not lengths:
+        return []
     plan = [lengths[0]] + [L for _ in range(REPS) for L in lengths]
     return [Row(i, f"calib-{i:04d}", now_ns, L, PROBE_OUTPUT_TOKENS) for i, L in enumerate(plan)]

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -27,13 +27,16 @@ from loadgen import __version__
 from loadgen.backends import make_backend
 from loadgen.clock import Clock
 from loadgen.config import RunConfig, redact_url
-from loadgen.prompts import synthetic_text
+from loadgen.bodies import Bodies
+from loadgen.datasets import load_sharegpt
+from loadgen.prompts import PromptMaker, synthetic_text
+from loadgen.prompts import resolve as resolve_tokenizer
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
 from loadgen.scrape import Scraper
 from loadgen.runner import Runner
-from loadgen.schedule import Schedule, build, text_seed
+from loadgen.schedule import Schedule, build
 from loadgen.sim.process import SimProcess
 from loadgen.transport import AiohttpTransport
 
@@ -58,16 +61,23 @@ def default_out(config: RunConfig) -> Path:
     return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def request_bodies(config: RunConfig, schedule: Schedule, backend) -> list[bytes]:
-    rng = np.random.default_rng(text_seed(config))
-    return [backend.body(synthetic_text(int(p), rng), int(m))
-            for p, m in zip(schedule.prompt_tokens, schedule.max_tokens)]
+def request_bodies(config: RunConfig, schedule: Schedule, backend,
+                   url: str | None = None) -> tuple[list[bytes], Bodies, dict]:
+    """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
+    `workload` section: tokenizer used (and any fallback warning), prompt length checks, trace counts."""
+    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file)
+    maker = PromptMaker(tokenizer)
+    convs = load_sharegpt(config.dataset) if config.dataset else None
+    bodies = Bodies(schedule, backend, maker, config.seed, convs)
+    built = bodies.build_all()
+    info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
+                                           "warning": warning}, "prompt_checks": maker.summary()}
+    return built, bodies, info
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
     schedule = build(config)
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
-    bodies = request_bodies(config, schedule, backend)
     writer = RunWriter(config.out or default_out(config))
     writer.prepare()
     sim = None
@@ -77,15 +87,21 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
         url = sim.start()
         _say(progress, f"started the built-in simulator at {url}")
     try:
+        # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
+        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
+        if workload_info["tokenizer"]["warning"]:
+            _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-            _run(config, schedule, backend, bodies, writer, url, sim is not None, progress))
+            _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
+                 shaper, workload_info))
     finally:
         if sim is not None:
             sim.stop()
 
 
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
-               builtin_sim: bool, progress: TextIO | None) -> RunOutcome:
+               builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
+               workload_info: dict | None = None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -96,7 +112,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     # --- explain (issue 6): probe the idle server before t0 ---
     calibration = None
     if config.calibrate:
-        calibration = await _calibrate(config, backend, url, headers, clock, writer, progress)
+        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
@@ -106,6 +122,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
+    shape_rows(rows, schedule)
     manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
@@ -113,13 +130,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "target": {"url": redact_url(url), "backend": config.backend, "api": config.api,
                    "builtin_sim": builtin_sim},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
-               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, timezone.utc).isoformat()},
+               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "schedule": {"requests": len(schedule), "process": config.arrivals.process,
                      "configured_rate_per_s": config.arrivals.rate_per_s,
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
+        "workload": workload_info or {},
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -129,7 +147,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         runner = Runner(rows, bodies, backend, transport, clock, recorder,
                         max_concurrency=config.max_concurrency,
                         request_timeout_ns=config.request_timeout_ns,
-                        drain_timeout_ns=config.drain_timeout_ns)
+                        drain_timeout_ns=config.drain_timeout_ns,
+                        next_body=shaper.next_turn if shaper is not None else None)
         flusher = asyncio.create_task(_flush_loop(writer, recorder, t0))
         ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
         try:
@@ -164,10 +183,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     return RunOutcome(writer.path, status, reasons)
 
 
-async def _calibrate(config: RunConfig, backend, url: str, headers: dict, clock: Clock, writer: RunWriter,
-                     progress: TextIO | None) -> dict | None:
+async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
+                     writer: RunWriter, progress: TextIO | None) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
-    rows = probe_rows(config, clock.now_ns())
+    rows = probe_rows(schedule.prompt_tokens, clock.now_ns())
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
     bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
     _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
@@ -184,6 +203,15 @@ async def _calibrate(config: RunConfig, backend, url: str, headers: dict, clock:
         return None
     write_json(writer.path / "calibration.json", calibration)
     return calibration
+
+
+def shape_rows(rows: list[Row], schedule: Schedule) -> None:
+    """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null)."""
+    for r, g, s, t, a, k in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
+                                schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist()):
+        r.prefix_group, r.session, r.turn = (None if g < 0 else g), (None if s < 0 else s), (None if t < 0 else t)
+        if a >= 0:
+            r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
 
 
 def check_generator(rows: list[Row]) -> list[str]:

@@ -24,7 +24,7 @@ class TransportError(Exception):
 
 
 class _Response:
-    __slots__ = ("status", "_resp")
+    __slots__ = ("_resp", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse):
         self.status, self._resp = resp.status, resp
@@ -57,7 +57,7 @@ class AiohttpTransport:
         self._headers = headers or {}
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "AiohttpTransport":
+    async def __aenter__(self) -> AiohttpTransport:
         trace = aiohttp.TraceConfig()
         trace.on_connection_create_end.append(_stamp_connected)
         trace.on_connection_reuseconn.append(_stamp_connected)

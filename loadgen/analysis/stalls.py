@@ -7,12 +7,15 @@ decodes, so every running stream sees one long gap ending about when the newcome
   summary.itl_ms); `gap_ns` = t - prev; `baseline_ns` = the BASELINE_Q quantile of r's gaps: its
   decode-only step time (under chunked prefill most steps carry some prefill work, so the median
   would hide the very stalls it should reveal);
-- a gap is elevated when gap > baseline * (1 + rel) + abs_ns;
+- a late read is not a stall: when the client itself was busy, the gap is long and the next one short
+  (the tokens were emitted on time and arrive bunched). So the gap's excess is
+  `excess = gap - baseline - max(0, baseline - next gap)`, and a gap is elevated when
+  excess > baseline * rel + abs_ns;
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
   [first_token_q - max(prefill_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
   token lands inside the gap or q was prefilling during it. eps absorbs that two sockets are read in
   some order: q's first token and r's token of the same step are stamped microseconds apart;
-- the stall time of the gap is gap - baseline; r's stall time is the sum over its stalled gaps, and its
+- the stall time of the gap is its excess; r's stall time is the sum over its stalled gaps, and its
   causes the distinct q ids.
 Preemptions (a stream stopped while its KV is recomputed) are not attributed here: no other request's
 first token marks them. Range join: polars `join_where` on the elevated gaps only (few), so 10 M chunk
@@ -64,8 +67,11 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     if d.height == 0 or tokens.height == 0:
         return empty
     g = (gaps(tokens.filter(pl.col("request_id").is_in(d["request_id"].implode()))).lazy()
-         .with_columns(baseline_ns=pl.col("gap_ns").quantile(BASELINE_Q, interpolation="lower").over("rid")))
-    elevated = g.filter(pl.col("gap_ns") > pl.col("baseline_ns") * (1 + rule.rel) + rule.abs_ns).collect()
+         .with_columns(baseline_ns=pl.col("gap_ns").quantile(BASELINE_Q, interpolation="lower").over("rid"),
+                       next_ns=pl.col("gap_ns").shift(-1).over("rid"))
+         .with_columns(excess_ns=pl.col("gap_ns") - pl.col("baseline_ns")
+                       - (pl.col("baseline_ns") - pl.col("next_ns")).clip(lower_bound=0).fill_null(0)))
+    elevated = g.filter(pl.col("excess_ns") > pl.col("baseline_ns") * rule.rel + rule.abs_ns).collect()
     if elevated.height == 0:
         return empty
     eps = rule.eps_ns
@@ -82,7 +88,7 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
         pl.col("q_start") < pl.col("hi_ns"),
         pl.col("cause") != pl.col("request_id"),
     )
-    stall = (hits.group_by("request_id", "t_ns").agg((pl.col("gap_ns") - pl.col("baseline_ns")).first().alias("s"))
+    stall = (hits.group_by("request_id", "t_ns").agg(pl.col("excess_ns").first().alias("s"))
              .group_by("request_id").agg((pl.col("s").sum() / 1e6).alias("stall_ms")))
     causes = hits.group_by("request_id").agg(pl.col("cause").unique().sort().alias("stall_causes"))
     return stall.join(causes, on="request_id")

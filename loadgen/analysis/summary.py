@@ -72,6 +72,10 @@ def _rate(times: pl.Series) -> float | None:
     return (t.len() - 1) * 1e9 / (t.max() - t.min())
 
 
+def _status_reason(status: str | None) -> list[str]:
+    return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
+
+
 def summarize(run: Run) -> dict:
     req = latency_columns(measured(run))
     ok = req.filter(pl.col("outcome") == "ok")
@@ -94,6 +98,5 @@ def summarize(run: Run) -> dict:
                        "requests_per_s": per_s(n_ok)},
         "latency_ms": {m: latency[m] for m in METRICS},
         "valid": manifest.get("status") == "complete",
-        "invalid_reasons": list(manifest.get("invalid_reasons", []))
-        + ([f"run status is {manifest.get('status')!r}"] if manifest.get("status") not in ("complete", "invalid") else []),
+        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status")),
     }

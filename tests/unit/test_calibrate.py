@@ -2,7 +2,6 @@
 import pytest
 
 from loadgen.calibrate import fit, probe_lengths
-from loadgen.config import Lengths, validate
 
 
 def probes(f, lengths, reps=3, itl=lambda L: 10.0):
@@ -33,11 +32,11 @@ def test_nothing_usable_is_an_error():
         fit([None, None])
 
 
-@pytest.mark.parametrize("prompt, lengths", [
-    ({"dist": "uniform", "min": 64, "max": 1024}, [64, 304, 544, 784, 1024]),  # 5 points over the range
-    (128, [128]),                                                               # fixed: that length
+@pytest.mark.parametrize("planned, lengths", [
+    (list(range(64, 1025)), [64, 304, 544, 784, 1024]),  # min, quartiles, max of the planned lengths
+    ([128] * 10, [128]),                                  # one length: that length
+    ([100, 100, 100, 900], [100, 900]),                   # repeated quantiles collapse
+    ([], []),                                             # nothing planned: no probes
 ])
-def test_probe_lengths_span_the_workload(prompt, lengths):
-    cfg = validate({"model": "m", "arrivals": {"rate": "1/s"}, "run": {"requests": 1}, "prompt": {"tokens": prompt},
-                    "output": {"tokens": 4}}, "w.toml")
-    assert probe_lengths(cfg) == lengths
+def test_probe_lengths_span_the_workload(planned, lengths):
+    assert probe_lengths(planned) == lengths

@@ -43,6 +43,13 @@ def test_attribution(others, expected):
     assert {k: (pytest.approx(v[0]), v[1]) for k, v in expected.items()} == got
 
 
+def test_a_late_read_followed_by_a_catch_up_is_not_a_stall():
+    # the client read token 6 eight ms late (gap 18, then 2): emitted on time, so no stall
+    late = stream(0, 12, 10)
+    late[6] += 8
+    assert stalls_of(late, [("q", 58.0, None)]) == {}
+
+
 def test_jitter_below_the_threshold_is_not_a_stall():
     # 1.5 ms of extra gap (client read jitter) while q's first token is inside it: below
     # baseline * 1.5 + 2 ms, so no stall.

@@ -1,6 +1,6 @@
 """How long the decomposition takes on 10 million chunk rows (issue 6: "in seconds").
 
-    python -m tests.bench.decompose_bench [--chunks 10000000]
+    python -m tests.bench.bench_decompose   (also run by `make bench`) [--chunks 10000000]
 
 Synthetic run: requests of 200 chunks each, 64 streams overlapping at any time, 10 ms steps, every
 50th step longer (a prefill), with a calibration so the step-boundary walk and the stall join both run.
