@@ -112,7 +112,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     # --- explain (issue 6): probe the idle server before t0 ---
     calibration = None
     if config.calibrate:
-        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress)
+        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
@@ -184,7 +184,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
-                     writer: RunWriter, progress: TextIO | None) -> dict | None:
+                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
     rows = probe_rows(schedule.prompt_tokens, clock.now_ns())
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
@@ -195,7 +195,8 @@ async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, h
         runner = Runner(rows, bodies, backend, transport, clock, Recorder(rows), max_concurrency=1,
                         request_timeout_ns=config.request_timeout_ns,
                         drain_timeout_ns=config.request_timeout_ns * len(rows))
-        await runner.run(asyncio.Event())
+        if await runner.run(stop) == "interrupted":
+            return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
     try:
         calibration = fit([probe_record(r) for r in rows[1:]])
     except ValueError as e:
