@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from loadgen.analysis.stalls import StallRule, attribute_stalls, gaps
+from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls, gaps
 from loadgen.analysis.steps import scheduled_ns
 from loadgen.results import Run
 
@@ -90,6 +90,7 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
                                         server_side).clip(lower_bound=0)
         itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
         fallback = "calibrated"
+        base = base.with_columns(_idle_ms=idle)
     else:
         est_prefill = pl.lit(None, pl.Float64)
         itl = None
@@ -106,6 +107,10 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
     if itl is None:
         itl = pl.lit(_fastest_itl_ms(run.tokens, d["request_id"]))
     d = d.with_columns(decode_ideal_ms=(itl * (pl.col("output_tokens") - 1).clip(lower_bound=0)))
+    if "_idle_ms" in d.columns:
+        d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
+                           .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
+                           .otherwise(pl.col("prefill_ms")))
     stalls = attribute_stalls(run.tokens, d, rule or StallRule())
     d = d.join(stalls, on="request_id", how="left").with_columns(
         pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),

@@ -12,8 +12,11 @@ decodes, so every running stream sees one long gap ending about when the newcome
   `excess = gap - baseline - max(0, baseline - next gap)`, and a gap is elevated when
   excess > baseline * rel + abs_ns;
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
-  [first_token_q - max(prefill_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
-  token lands inside the gap or q was prefilling during it. eps absorbs that two sockets are read in
+  [first_token_q - max(span_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
+  token lands inside the gap or q was prefilling during it. span_q is q's prefill, or, where that is
+  an estimate, at least ATTRIBUTION_REACH x its idle prefill (`attr_span_ms`): a chunked prefill's
+  first chunks are the hardest part to see from the client, and widening only changes who is
+  named for an elevated gap, not how long the stall was. eps absorbs that two sockets are read in
   some order: q's first token and r's token of the same step are stamped microseconds apart;
 - the stall time of the gap is its excess; r's stall time is the sum over its stalled gaps, and its
   causes the distinct q ids.
@@ -29,6 +32,7 @@ import polars as pl
 
 
 BASELINE_Q = 0.1
+ATTRIBUTION_REACH = 1.25
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     if elevated.height == 0:
         return empty
     eps = rule.eps_ns
-    span_ns = pl.max_horizontal(pl.col("prefill_ms").fill_null(0.0) * 1e6, pl.lit(2.0 * eps))
+    span = pl.col("attr_span_ms") if "attr_span_ms" in d.columns else pl.col("prefill_ms")
+    span_ns = pl.max_horizontal(span.fill_null(0.0) * 1e6, pl.lit(2.0 * eps))
     intervals = d.select(
         pl.col("request_id").alias("cause"),
         pl.col("first_token_ns").alias("q_end"),
