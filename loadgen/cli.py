@@ -17,6 +17,8 @@ examples:
   loadgen run workloads/quickstart.toml --url http://127.0.0.1:8000 --rate 8/s --duration 60s
   loadgen report "$(loadgen run workloads/quickstart.toml)"
   loadgen report results/quickstart --format json
+  loadgen run workloads/quickstart.toml --url http://127.0.0.1:11434 --backend ollama --scrape-metrics
+  loadgen report results/quickstart --device h100-sxm --model-config config.json   # + decode roofline
   loadgen schedule workloads/quickstart.toml --requests 5
   loadgen sim --mode fixed --ttft 50ms --itl 10ms --port 0
 """
