@@ -5,8 +5,9 @@ time, so nothing queues) measures what prefill alone costs at each prompt length
 queue ~= ttft_from_send - connect - prefill(L) (analysis/decompose.py defines it).
 
 Probe plan (`probe_lengths`): prompt lengths spanning the run's planned ones (their min, quartiles
-and max: 5 points at most, fewer when lengths repeat), REPS repetitions each, PROBE_OUTPUT_TOKENS output tokens, sent sequentially
-after one discarded warm-up request (it opens the connection). Each probe yields
+and max: 5 points at most, fewer when lengths repeat), REPS repetitions each, PROBE_OUTPUT_TOKENS
+output tokens, sent sequentially after one discarded warm-up request (it opens the connection).
+Each probe yields
     prefill_ms = first_token - connected      (server TTFT + network; the same quantity the run's
                                                estimate subtracts, so the network cancels out)
     itl_ms     = (last_token - first_token) / (output_tokens - 1)

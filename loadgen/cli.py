@@ -176,7 +176,7 @@ def _report(args: argparse.Namespace) -> int:
     from loadgen.results import write_parquet
     from loadgen.units import parse_duration_ns
 
-    if (args.device or args.bandwidth) and not args.model_config or args.model_config and not (args.device or args.bandwidth):
+    if bool(args.device or args.bandwidth) != bool(args.model_config):
         print("error: the roofline needs --model-config and one of --device / --bandwidth", file=sys.stderr)
         return 2
     try:

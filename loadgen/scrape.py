@@ -7,28 +7,14 @@ During the run, GET {base}/metrics every interval (500 ms by default) and keep e
     value   float64
 written to `server_metrics.parquet` at the end of the run. Parsing is prometheus_client's text-format
 parser, run after the load ends: during the run a scrape only reads the bytes (parsing a vLLM exposition
-costs milliseconds of CPU on the event loop that stamps tokens and dispatches on schedule). A failed scrape is counted (manifest `scrape.errors`), never fatal: the server's health must
-not decide whether the load run completes.
+costs milliseconds of CPU on the event loop that stamps tokens and dispatches on schedule). A failed
+scrape is counted (manifest `scrape.errors`), never fatal: the server's health must not decide whether
+the load run completes.
 
-Metric names by server (vLLM V1; SGLang; llama.cpp's server with `--metrics`; TGI). "-" = not exposed.
-
-| concept                 | vLLM                                  | SGLang                          | llama.cpp                           | TGI                               |
-|-------------------------|---------------------------------------|---------------------------------|-------------------------------------|-----------------------------------|
-| requests running        | vllm:num_requests_running             | sglang:num_running_reqs         | llamacpp:requests_processing        | tgi_batch_current_size            |
-| requests waiting        | vllm:num_requests_waiting             | sglang:num_queue_reqs           | llamacpp:requests_deferred          | tgi_queue_size                    |
-| KV cache usage (0..1)   | vllm:kv_cache_usage_perc              | sglang:token_usage              | llamacpp:kv_cache_usage_ratio       | -                                 |
-| TTFT histogram          | vllm:time_to_first_token_seconds      | sglang:time_to_first_token_seconds | -                                | -                                 |
-| ITL / TPOT histogram    | vllm:inter_token_latency_seconds      | sglang:inter_token_latency_seconds | -                                | tgi_request_mean_time_per_token_duration |
-| e2e histogram           | vllm:e2e_request_latency_seconds      | sglang:e2e_request_latency_seconds | -                                | tgi_request_duration              |
-| queue time              | vllm:request_queue_time_seconds       | sglang:queue_time_seconds       | -                                   | tgi_request_queue_duration        |
-| prefill time            | vllm:request_prefill_time_seconds     | -                               | llamacpp:prompt_seconds_total       | tgi_batch_inference_duration{method="prefill"} |
-| decode time             | vllm:request_decode_time_seconds      | -                               | llamacpp:tokens_predicted_seconds_total | tgi_batch_inference_duration{method="decode"} |
-| preemptions             | vllm:num_preemptions_total            | -                               | -                                   | -                                 |
-| prompt tokens           | vllm:prompt_tokens_total              | sglang:prompt_tokens_total      | llamacpp:prompt_tokens_total        | tgi_request_input_length          |
-| generated tokens        | vllm:generation_tokens_total          | sglang:generation_tokens_total  | llamacpp:tokens_predicted_total     | tgi_request_generated_tokens      |
-
-Names move between releases (vLLM's V0 `vllm:gpu_cache_usage_perc` became `vllm:kv_cache_usage_perc`);
-KV_USAGE and WAITING list the aliases the analysis accepts.
+Metric names by server: the NAMES table below (vLLM V1; SGLang; llama.cpp's server with `--metrics`;
+TGI), one row per concept, None where a server does not expose it. Names move between releases (vLLM
+V0's `vllm:gpu_cache_usage_perc` became `vllm:kv_cache_usage_perc`); WAITING, RUNNING and KV_USAGE
+list every name the analysis accepts.
 """
 from __future__ import annotations
 
@@ -39,11 +25,33 @@ import aiohttp
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
-WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred", "tgi_queue_size")
-RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing",
-           "tgi_batch_current_size")
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage",
-            "llamacpp:kv_cache_usage_ratio")
+SERVERS = ("vllm", "sglang", "llamacpp", "tgi")
+NAMES: dict[str, tuple[str | None, ...]] = {  # concept -> names in SERVERS order
+    "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs",
+                         "llamacpp:requests_processing", "tgi_batch_current_size"),
+    "requests_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                         "llamacpp:requests_deferred", "tgi_queue_size"),
+    "kv_usage_0_to_1": ("vllm:kv_cache_usage_perc", "sglang:token_usage", "llamacpp:kv_cache_usage_ratio", None),
+    "ttft_histogram": ("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", None, None),
+    "itl_histogram": ("vllm:inter_token_latency_seconds", "sglang:inter_token_latency_seconds", None,
+                      "tgi_request_mean_time_per_token_duration"),
+    "e2e_histogram": ("vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", None,
+                      "tgi_request_duration"),
+    "queue_time": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds", None,
+                   "tgi_request_queue_duration"),
+    "prefill_time": ("vllm:request_prefill_time_seconds", None, "llamacpp:prompt_seconds_total",
+                     'tgi_batch_inference_duration{method="prefill"}'),
+    "decode_time": ("vllm:request_decode_time_seconds", None, "llamacpp:tokens_predicted_seconds_total",
+                    'tgi_batch_inference_duration{method="decode"}'),
+    "preemptions": ("vllm:num_preemptions_total", None, None, None),
+    "prompt_tokens": ("vllm:prompt_tokens_total", "sglang:prompt_tokens_total", "llamacpp:prompt_tokens_total",
+                      "tgi_request_input_length"),
+    "generated_tokens": ("vllm:generation_tokens_total", "sglang:generation_tokens_total",
+                         "llamacpp:tokens_predicted_total", "tgi_request_generated_tokens"),
+}
+WAITING = tuple(n for n in NAMES["requests_waiting"] if n)
+RUNNING = tuple(n for n in NAMES["requests_running"] if n)
+KV_USAGE = (*(n for n in NAMES["kv_usage_0_to_1"] if n), "vllm:gpu_cache_usage_perc")
 SCHEMA = {"t_ns": pl.Int64, "name": pl.String, "labels": pl.String, "value": pl.Float64}
 
 

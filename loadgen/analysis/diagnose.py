@@ -89,7 +89,8 @@ def prefill_stalls(f: Facts) -> dict | None:
     return {"rule": "prefill_stalls", "finding": f"{st / dec:.0%} of decode time is streams stalled by other "
             f"requests' prefills ({f.stalled_requests} of {f.requests} requests saw such a gap): long prompts "
             "admitted mid-stream make one long step that every running stream waits for.",
-            "evidence": {"stall_share_of_decode": st / dec, "mean_stall_ms": st, "stalled_requests": f.stalled_requests},
+            "evidence": {"stall_share_of_decode": st / dec, "mean_stall_ms": st,
+                         "stalled_requests": f.stalled_requests},
             "remedy": "Enable chunked prefill or lower max-num-batched-tokens so a prompt is split over several "
                       "steps (raises that prompt's TTFT a little); or disaggregate prefill and decode."}
 

@@ -53,7 +53,8 @@ def explain_lines(s: dict) -> list[str]:
     r = s.get("roofline")
     if r:
         lines += ["", f"roofline ({r['bandwidth']}): weights {r['weight_bytes'] / 1e9:.2f} GB, KV "
-                      f"{r['kv_bytes_per_token'] / 1024:.0f} KiB/token, {r['kv_bytes_per_request'] / 2**20:.1f} MiB/request; "
+                      f"{r['kv_bytes_per_token'] / 1024:.0f} KiB/token, "
+                      f"{r['kv_bytes_per_request'] / 2**20:.1f} MiB/request; "
                       f"single-stream ceiling {r['single_stream_ceiling_tok_s']:.1f} tok/s, measured "
                       f"{_f(r['measured_single_stream_tok_s'])} tok/s"
                       + (f" ({r['fraction_of_ceiling']:.0%})" if r.get("fraction_of_ceiling") else "")

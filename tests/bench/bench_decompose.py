@@ -34,7 +34,8 @@ def synthetic(chunks: int, per_request: int = 200, overlap: int = 64) -> Run:
                           schema={"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32})
     prompt = rng.integers(64, 2048, n)
     req = pl.DataFrame({
-        "request_id": ids, "idx": np.arange(n), "worker": np.zeros(n, dtype=np.int32), "warmup": np.zeros(n, dtype=bool),
+        "request_id": ids, "idx": np.arange(n), "worker": np.zeros(n, dtype=np.int32),
+        "warmup": np.zeros(n, dtype=bool),
         "intended_ns": start, "dispatched_ns": start, "connected_ns": start, "sent_ns": start, "response_ns": start,
         "first_token_ns": t[:, 0], "last_token_ns": t[:, -1], "done_ns": t[:, -1], "slot_wait_ns": None,
         "outcome": "ok", "http_status": 200, "error_kind": None, "error_detail": None,

@@ -56,7 +56,8 @@ def test_report_bad_flags_exit_2_without_traceback(tmp_path, args, message):
     write_json(tmp_path / "run" / "manifest.json", {"status": "complete", "config": {}, "target": {}})
     write_parquet(tmp_path / "run" / "requests.parquet", run.requests)
     write_parquet(tmp_path / "run" / "tokens.parquet", run.tokens)
-    (tmp_path / "cfg.json").write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}))
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "bad.json").write_text("{}")
     args = [str(tmp_path / "cfg.json") if a == "CFG" else str(tmp_path / "bad.json") if a == "BAD" else a for a in args]
     p = cli("report", str(tmp_path / "run"), *args)
