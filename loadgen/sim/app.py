@@ -1,0 +1,121 @@
+"""Routes of the simulator and its process life cycle: bind, print the banner, serve until
+SIGTERM/SIGINT, then write the truth of every request (finished or not) and return 0."""
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import orjson
+from aiohttp import web
+
+from loadgen.sim import tokenizer
+from loadgen.sim.openai_api import ChatCompletions, Completions
+from loadgen.sim.server import Sim, json_response
+
+
+def build_app(sim: Sim, extra_routes=()) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    completions, chat = Completions(), ChatCompletions()
+
+    async def h_completions(request):
+        return await sim.serve(request, completions)
+
+    async def h_chat(request):
+        return await sim.serve(request, chat)
+
+    async def h_health(request):
+        return web.Response(text="")
+
+    async def h_models(request):
+        return json_response({"object": "list", "data": [
+            {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9, "owned_by": "loadgen-sim",
+             "root": sim.model, "parent": None, "max_model_len": sim.max_model_len}]})
+
+    async def h_metrics(request):
+        for k, v in sim.backend.state().items():
+            setattr(sim.metrics, k, v)
+        return web.Response(text=sim.metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Request-Id": request.headers.get("X-Request-Id", "")})
+
+    async def h_tokenize(request):
+        # vLLM: {"prompt": str} or {"messages": [...]} -> {"tokens", "count", "max_model_len"};
+        # llama.cpp: {"content": str} -> {"tokens"}
+        try:
+            body = orjson.loads(await request.read())
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            if "content" in body and "prompt" not in body and "messages" not in body:
+                return json_response({"tokens": tokenizer.encode(str(body["content"]))})
+            if "messages" in body:
+                ids = tokenizer.encode(tokenizer.chat_prompt_text(body["messages"]))
+            elif isinstance(body.get("prompt"), str):
+                ids = tokenizer.encode(body["prompt"])
+            else:
+                raise ValueError("expected 'prompt' (string), 'messages' or 'content'")
+        except (orjson.JSONDecodeError, ValueError) as e:
+            return json_response({"object": "error", "message": str(e), "code": 400}, status=400)
+        return json_response({"tokens": ids, "count": len(ids), "max_model_len": sim.max_model_len})
+
+    async def h_detokenize(request):
+        try:
+            body = orjson.loads(await request.read())
+            ids = body["tokens"]
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                raise ValueError
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
+            return json_response({"object": "error", "message": "expected {'tokens': [ints]}", "code": 400}, status=400)
+        text = tokenizer.decode(ids)
+        return json_response({"prompt": text, "content": text})
+
+    app.router.add_post("/v1/completions", h_completions)
+    app.router.add_post("/v1/chat/completions", h_chat)
+    app.router.add_get("/health", h_health)
+    app.router.add_get("/v1/models", h_models)
+    app.router.add_get("/metrics", h_metrics)
+    app.router.add_post("/tokenize", h_tokenize)
+    app.router.add_post("/detokenize", h_detokenize)
+    for method, path, make_handler in extra_routes:
+        app.router.add_route(method, path, make_handler(sim))
+    return app
+
+
+async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+    engine_task = loop.create_task(sim.backend.run())
+    flusher = loop.create_task(_flush_truth_periodically(sim))
+    print(f"listening on http://{host}:{bound[1]}", flush=True)
+    stop_wait = loop.create_task(stop.wait())
+    pending = {stop_wait, engine_task}
+    while stop_wait in pending:  # the backend's task may end at once (fixed mode); an error stops us
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if engine_task in done and engine_task.exception() is not None:
+            print(f"loadgen sim: engine failed: {engine_task.exception()!r}", file=sys.stderr)
+            break
+    sim.flush_in_flight()
+    if sim.truth is not None:
+        sim.truth.close()
+    engine_task.cancel()
+    stop_wait.cancel()
+    flusher.cancel()
+    try:
+        await asyncio.wait_for(runner.cleanup(), 2.0)
+    except (asyncio.TimeoutError, Exception):
+        pass
+    return 0
+
+
+async def _flush_truth_periodically(sim: Sim) -> None:
+    from loadgen.sim.truth import FLUSH_EVERY_S
+
+    while sim.truth is not None:
+        await asyncio.sleep(FLUSH_EVERY_S)
+        sim.truth.flush()

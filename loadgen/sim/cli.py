@@ -1,0 +1,142 @@
+"""`loadgen sim`: parse flags into a simulator, run it until SIGTERM/SIGINT. Exit 2 on bad flags."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from loadgen.sim.faults import __doc__ as FAULTS_DOC
+from loadgen.sim.faults import parse_faults
+from loadgen.units import parse_duration_ns
+
+EPILOG = """\
+token rule: a token is a maximal run of non-whitespace characters; output token i is "tok ".
+
+--faults SPEC (comma-separated kind=value parts):
+""" + FAULTS_DOC.split("SPEC is a comma-separated list of `kind=value` parts:", 1)[1].split("Which request", 1)[0] + """
+examples:
+  loadgen sim --mode fixed --ttft 50ms --itl 10ms --port 8000 --truth truth.jsonl
+  loadgen sim --profile h100-sxm --speed 0.1 --max-num-batched-tokens 512
+  loadgen sim --profile tiny --kv-capacity-tokens 4096 --faults 'http500=0.05,reset_after=5:0.05,stall=2s@10s'
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # usage errors: a clear line, exit 2, no traceback
+        self.print_usage(sys.stderr)
+        print(f"loadgen sim: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 1")
+    return v
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration_ns(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _speed(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
+                "llama.cpp surfaces) with ground truth.", epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["fixed", "engine"], default="fixed",
+                   help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
+    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION", help="fixed mode TTFT (default 50ms)")
+    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION", help="fixed mode ITL (default 10ms)")
+    p.add_argument("--profile", default="tiny", metavar="NAME|FILE", help="engine profile: a shipped name or a TOML file (default tiny)")
+    p.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="time dilation: real time = profile time / X (default 1)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 = a free port (printed on stdout)")
+    p.add_argument("--max-num-seqs", type=_positive_int, default=None, metavar="N")
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N", help="per-step token budget (chunked prefill)")
+    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N", help="KV pool size in tokens (blocks of 16)")
+    p.add_argument("--prefix-caching", action="store_true")
+    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K", help="tokens per streamed chunk (default 1)")
+    p.add_argument("--per-request-metrics", action="store_true", help="vLLM's `metrics` object in the final usage chunk")
+    p.add_argument("--truth", default=None, metavar="FILE", help="ground truth per request (.jsonl or .parquet)")
+    p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
+    p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        faults = parse_faults(args.faults, args.seed)
+    except ValueError as e:
+        print(f"loadgen sim: error: {e}", file=sys.stderr)
+        return 2
+    if not 0 <= args.port <= 65535:
+        print(f"loadgen sim: error: --port {args.port} out of range", file=sys.stderr)
+        return 2
+    try:
+        sim, extra_routes = _make_sim(args, faults)
+    except ValueError as e:
+        print(f"loadgen sim: error: {e}", file=sys.stderr)
+        return 2
+    from loadgen.sim.app import build_app, serve_forever
+    from loadgen.sim.clock import new_event_loop
+
+    loop = new_event_loop()
+    try:
+        app = build_app(sim, extra_routes)
+        return loop.run_until_complete(serve_forever(sim, app, args.host, args.port))
+    except OSError as e:
+        print(f"loadgen sim: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        loop.close()
+
+
+def _make_sim(args, faults):
+    import time
+
+    from loadgen.sim.server import Sim
+    from loadgen.sim.truth import TruthWriter
+
+    truth = TruthWriter(args.truth) if args.truth else None
+    t0_ns = time.monotonic_ns()
+    if args.mode == "fixed":
+        from loadgen.sim.generation import FixedBackend
+
+        backend = FixedBackend(args.ttft, args.itl, args.speed, faults.stalls, t0_ns)
+        model, max_model_len = args.model or "loadgen-sim-fixed", 1 << 20
+    else:
+        from loadgen.sim.driver import EngineBackend
+        from loadgen.sim.engine import EngineConfig
+        from loadgen.sim.profiles import load_profile
+
+        profile = load_profile(args.profile)
+        cfg = EngineConfig.from_profile(profile, max_num_seqs=args.max_num_seqs,
+                                        max_num_batched_tokens=args.max_num_batched_tokens,
+                                        kv_capacity_tokens=args.kv_capacity_tokens,
+                                        prefix_caching=args.prefix_caching)
+        backend = EngineBackend(profile, cfg, args.speed, faults.stalls, t0_ns)
+        model, max_model_len = args.model or profile.model, profile.max_model_len
+    sim = Sim(backend=backend, model=model, mode=args.mode, speed=args.speed, faults=faults, truth=truth,
+              tokens_per_chunk=args.tokens_per_chunk, per_request_metrics=args.per_request_metrics,
+              max_model_len=max_model_len)
+    sim.t0_ns = t0_ns
+    from loadgen.sim.native_apis import routes as native_routes
+
+    return sim, native_routes()

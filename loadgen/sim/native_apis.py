@@ -1,0 +1,5 @@
+"""Ollama and llama.cpp surfaces (filled in with the engine)."""
+
+
+def routes():
+    return []

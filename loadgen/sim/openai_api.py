@@ -1,0 +1,151 @@
+"""OpenAI (vLLM-flavoured) surfaces: POST /v1/completions and /v1/chat/completions.
+
+Accepted body fields: `prompt` (a string, a list of one string, or a list of token ids) or
+`messages`; `max_tokens` (chat also `max_completion_tokens`; default DEFAULT_MAX_TOKENS);
+`stream`; `stream_options.include_usage`; `model` (echoed); anything else (`ignore_eos`,
+`min_tokens`, `temperature`, ...) is accepted and ignored: the output is always exactly
+max_tokens tokens, finish_reason "length".
+
+Streaming is SSE as vLLM writes it: `data: {json}\\n\\n` per token (one token per chunk, or
+--tokens-per-chunk K), chat's first event carries `delta.role` with empty content (sent together
+with the first token, as vLLM does), the last token's chunk has finish_reason "length", then a
+usage chunk with empty `choices` when include_usage (with --per-request-metrics it carries vLLM's
+`metrics` object), then `data: [DONE]\\n\\n`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from loadgen.sim import tokenizer
+from loadgen.sim.server import BadRequest, Context, Parsed, Surface, server_timings
+
+DEFAULT_MAX_TOKENS = 16
+
+
+def _max_tokens(body: dict, *keys: str) -> int:
+    for key in keys:
+        v = body.get(key)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BadRequest(f"'{key}' must be a positive integer, got {v!r}")
+            return v
+    return DEFAULT_MAX_TOKENS
+
+
+def _common(body: Any) -> tuple[bool, bool, str]:
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object")
+    stream = bool(body.get("stream", False))
+    opts = body.get("stream_options") or {}
+    include_usage = bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False
+    return stream, include_usage, str(body.get("model") or "")
+
+
+def _sse(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+class _OpenAI(Surface):
+    object_chunk = ""
+    id_prefix = ""
+
+    def _head(self, ctx: Context, obj: str) -> dict:
+        return {"id": f"{self.id_prefix}{ctx.request_id}", "object": obj, "created": ctx.created_s,
+                "model": ctx.parsed.model}
+
+    def usage(self, ctx: Context, n_out: int) -> dict:
+        p = len(ctx.parsed.prompt_ids)
+        u: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + n_out, "completion_tokens": n_out}
+        if ctx.gen is not None and ctx.gen.cached_tokens:
+            u["prompt_tokens_details"] = {"cached_tokens": ctx.gen.cached_tokens}
+        return u
+
+    def final_bytes(self, ctx, sim, token_ns) -> bytes:
+        out = b""
+        if ctx.parsed.include_usage:
+            chunk = {**self._head(ctx, self.object_chunk), "choices": [], "usage": self.usage(ctx, len(token_ns))}
+            if sim.per_request_metrics and token_ns:
+                chunk["metrics"] = server_timings(ctx.gen, token_ns)
+            out += _sse(chunk)
+        return out + b"data: [DONE]\n\n"
+
+    def _with_usage_null(self, ctx: Context, chunk: dict) -> dict:
+        if ctx.parsed.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+
+class Completions(_OpenAI):
+    endpoint = "completions"
+    object_chunk = "text_completion"
+    id_prefix = "cmpl-"
+
+    def parse(self, body, sim) -> Parsed:
+        stream, include_usage, model = _common(body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            ids = tokenizer.encode(prompt)
+        elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
+        return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage)
+
+    def token_bytes(self, ctx, start, end) -> bytes:
+        last = end == ctx.parsed.max_tokens
+        chunk = {**self._head(ctx, "text_completion"),
+                 "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * (end - start),
+                              "logprobs": None, "finish_reason": "length" if last else None,
+                              "stop_reason": None}]}
+        return _sse(self._with_usage_null(ctx, chunk))
+
+    def full_response(self, ctx, sim, token_ns) -> dict:
+        out = {**self._head(ctx, "text_completion"),
+               "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * len(token_ns),
+                            "logprobs": None, "finish_reason": "length", "stop_reason": None}],
+               "usage": self.usage(ctx, len(token_ns))}
+        if sim.per_request_metrics and token_ns:
+            out["metrics"] = server_timings(ctx.gen, token_ns)
+        return out
+
+
+class ChatCompletions(_OpenAI):
+    endpoint = "chat"
+    object_chunk = "chat.completion.chunk"
+    id_prefix = "chatcmpl-"
+
+    def parse(self, body, sim) -> Parsed:
+        stream, include_usage, model = _common(body)
+        try:
+            text = tokenizer.chat_prompt_text(body.get("messages"))
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+        return Parsed(tokenizer.encode(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
+                      stream, model or sim.model, include_usage)
+
+    def first_bytes(self, ctx) -> bytes:
+        chunk = {**self._head(ctx, "chat.completion.chunk"),
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                              "logprobs": None, "finish_reason": None}]}
+        return _sse(self._with_usage_null(ctx, chunk))
+
+    def token_bytes(self, ctx, start, end) -> bytes:
+        last = end == ctx.parsed.max_tokens
+        chunk = {**self._head(ctx, "chat.completion.chunk"),
+                 "choices": [{"index": 0, "delta": {"content": tokenizer.OUTPUT_TOKEN_TEXT * (end - start)},
+                              "logprobs": None, "finish_reason": "length" if last else None}]}
+        return _sse(self._with_usage_null(ctx, chunk))
+
+    def full_response(self, ctx, sim, token_ns) -> dict:
+        out = {**self._head(ctx, "chat.completion"),
+               "choices": [{"index": 0, "message": {"role": "assistant",
+                                                    "content": tokenizer.OUTPUT_TOKEN_TEXT * len(token_ns)},
+                            "logprobs": None, "finish_reason": "length"}],
+               "usage": self.usage(ctx, len(token_ns))}
+        if sim.per_request_metrics and token_ns:
+            out["metrics"] = server_timings(ctx.gen, token_ns)
+        return out

@@ -1,0 +1,243 @@
+"""The simulator's aiohttp application: one serving path shared by every API surface.
+
+Per request: stamp arrival, parse (surface), pick the request's fault, submit to the backend
+(fixed timer or engine), then for each chunk of `tokens_per_chunk` tokens: build its bytes,
+wait until its last token is due, read the clock (the token's send time), write. Finally the
+truth row and the metrics. Surfaces (openai_api.py, ollama_api.py, llamacpp_api.py) only parse
+requests and format bytes.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import orjson
+from aiohttp import web
+
+from loadgen.sim.clock import sleep_until_ns
+from loadgen.sim.faults import Fault, FaultPlan
+from loadgen.sim.generation import Generation
+from loadgen.sim.metrics import SimMetrics
+from loadgen.sim.truth import TruthWriter, make_row
+
+
+class BadRequest(Exception):
+    pass
+
+
+@dataclass
+class Parsed:
+    prompt_ids: list[int]
+    max_tokens: int
+    stream: bool
+    model: str
+    include_usage: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    request_id: str
+    parsed: Parsed
+    created_s: int
+    gen: Generation | None = None
+
+
+class Surface:
+    # Subclasses: how an API's requests are read and its responses written.
+    endpoint = ""
+    content_type = "text/event-stream"
+
+    def parse(self, body: Any, sim: "Sim") -> Parsed:
+        raise NotImplementedError
+
+    def first_bytes(self, ctx: Context) -> bytes:  # sent with the first token
+        return b""
+
+    def token_bytes(self, ctx: Context, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    def final_bytes(self, ctx: Context, sim: "Sim", token_ns: list[int]) -> bytes:  # after the last token
+        raise NotImplementedError
+
+    def full_response(self, ctx: Context, sim: "Sim", token_ns: list[int]) -> dict:
+        raise NotImplementedError
+
+    def malformed_bytes(self) -> bytes:
+        return b'data: {"id": "malformed", "choices": [{"text": "tok \n\n'
+
+    def error_body(self, status: int, message: str) -> dict:
+        kind = {400: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError",
+                503: "ServiceUnavailableError"}.get(status, "Error")
+        return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+
+
+def server_timings(gen: Generation, token_ns: list[int]) -> dict[str, float]:
+    # vLLM's per-request metrics (ms), real elapsed time
+    first, last = token_ns[0], token_ns[-1]
+    sched = gen.scheduled_ns if gen.scheduled_ns is not None else gen.arrival_ns
+    gen_ms = (last - first) / 1e6
+    n = len(token_ns)
+    return {"queue_time_ms": (sched - gen.arrival_ns) / 1e6,
+            "time_to_first_token_ms": (first - sched) / 1e6,
+            "generation_time_ms": gen_ms,
+            "mean_itl_ms": gen_ms / (n - 1) if n > 1 else 0.0,
+            "tokens_per_second": (n - 1) / (gen_ms / 1e3) if gen_ms > 0 else 0.0}
+
+
+class Sim:
+    def __init__(self, *, backend, model: str, mode: str, speed: float, faults: FaultPlan,
+                 truth: TruthWriter | None, tokens_per_chunk: int, per_request_metrics: bool,
+                 max_model_len: int):
+        self.backend = backend  # .submit(request_id, arrival_ns, prompt_ids, max_tokens) -> Generation
+        self.model, self.mode, self.speed = model, mode, speed
+        self.faults, self.truth = faults, truth
+        self.tokens_per_chunk = tokens_per_chunk
+        self.per_request_metrics = per_request_metrics
+        self.max_model_len = max_model_len
+        self.metrics = SimMetrics(model, speed)
+        self.t0_ns = time.monotonic_ns()
+        self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
+
+    def record(self, row: dict) -> None:
+        if self.truth is not None:
+            self.truth.add(row)
+        self.metrics.observe_request(row)
+        for lat in row["lateness_ns"]:
+            self.metrics.lateness.observe(lat / 1e9)
+
+    def flush_in_flight(self) -> None:
+        for make in list(self.in_flight.values()):
+            self.record(make())
+        self.in_flight.clear()
+
+    async def serve(self, request: web.Request, surface: Surface) -> web.StreamResponse:
+        arrival_ns = time.monotonic_ns()
+        request_id = request.headers.get("X-Request-Id") or f"sim-{uuid.uuid4().hex}"
+        headers = {"X-Request-Id": request_id}
+        try:
+            body = orjson.loads(await request.read())
+            parsed = surface.parse(body, self)
+        except (orjson.JSONDecodeError, BadRequest, ValueError, TypeError) as e:
+            return web.json_response(surface.error_body(400, str(e) or "bad request"), status=400, headers=headers)
+        ctx = Context(request_id, parsed, int(time.time()))
+        fault = self.faults.for_request(request_id)
+        label = fault.label() if fault else ""
+        row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
+                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt_ids))
+        if fault and fault.kind.startswith("http"):
+            self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
+                                 preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
+                                 http_status=fault.status, outcome="http_error", **row_args))
+            return web.json_response(surface.error_body(fault.status, f"injected fault {label}"),
+                                     status=fault.status, headers=headers)
+        gen = self.backend.submit(request_id, arrival_ns, parsed.prompt_ids, parsed.max_tokens)
+        ctx.gen = gen
+        token_ns: list[int] = []
+        lateness_ns: list[int] = []
+        state = {"outcome": "interrupted", "finish_ns": None}
+
+        def make() -> dict:
+            return make_row(scheduled_ns=gen.scheduled_ns,
+                            first_token_ns=token_ns[0] if token_ns else None,
+                            finish_ns=state["finish_ns"], preemptions=gen.preemptions,
+                            stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
+                            http_status=200, outcome=state["outcome"],
+                            cached_tokens=gen.cached_tokens, **row_args)
+
+        key = id(ctx)
+        self.in_flight[key] = make
+        try:
+            if fault and fault.kind == "slow_headers":
+                await sleep_until_ns(arrival_ns + fault.delay_ns)
+            if parsed.stream:
+                resp = await self._stream(request, surface, ctx, fault, headers, token_ns, lateness_ns, state)
+            else:
+                resp = await self._whole(request, surface, ctx, fault, headers, token_ns, lateness_ns, state)
+            return resp
+        except (ConnectionResetError, asyncio.CancelledError):
+            if state["outcome"] == "interrupted":
+                state["outcome"] = "client_gone"
+                state["finish_ns"] = time.monotonic_ns()
+            raise
+        finally:
+            gen.cancel()
+            if self.in_flight.pop(key, None) is not None:
+                self.record(make())
+
+    async def _stream(self, request, surface, ctx, fault, headers, token_ns, lateness_ns, state):
+        gen, n_max, k = ctx.gen, ctx.parsed.max_tokens, self.tokens_per_chunk
+        resp = web.StreamResponse(headers={**headers, "Content-Type": surface.content_type,
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        reset_at = fault.after_tokens if fault and fault.kind == "reset_after" else None
+        malformed_at = n_max // 2 if fault and fault.kind == "malformed" else None
+        i = 0
+        while i < n_max:
+            if reset_at is not None and i >= reset_at:
+                return self._reset(request, state)
+            end = min(i + k, n_max)
+            if reset_at is not None:
+                end = min(end, max(reset_at, i + 1))
+            data = surface.token_bytes(ctx, i, end)
+            if i == 0:
+                data = surface.first_bytes(ctx) + data
+            if malformed_at is not None and i <= malformed_at < end:
+                data = surface.malformed_bytes() + data
+            last = end == n_max
+            await gen.wait_for(end)
+            if len(gen.due_ns) < end:  # cancelled underneath us
+                break
+            t = time.monotonic_ns()
+            for j in range(i, end):
+                token_ns.append(t)
+                lateness_ns.append(t - gen.due_ns[j])
+            await resp.write(data)
+            i = end
+        if reset_at is not None and i >= reset_at:
+            return self._reset(request, state)
+        state["finish_ns"] = token_ns[-1] if token_ns else time.monotonic_ns()
+        state["outcome"] = "ok"
+        await resp.write(surface.final_bytes(ctx, self, token_ns))  # finish/usage events, [DONE]
+        await resp.write_eof()
+        return resp
+
+    async def _whole(self, request, surface, ctx, fault, headers, token_ns, lateness_ns, state):
+        gen, n_max = ctx.gen, ctx.parsed.max_tokens
+        reset = fault is not None and fault.kind == "reset_after"
+        while len(token_ns) < n_max:
+            await gen.wait_for(len(token_ns) + 1)
+            if len(gen.due_ns) <= len(token_ns):
+                break
+            t = time.monotonic_ns()
+            for j in range(len(token_ns), len(gen.due_ns)):
+                token_ns.append(t)
+                lateness_ns.append(t - gen.due_ns[j])
+        if reset:
+            return self._reset(request, state)
+        body = orjson.dumps(surface.full_response(ctx, self, token_ns))
+        if fault is not None and fault.kind == "malformed":
+            body = body[: len(body) // 2]
+        state["finish_ns"] = time.monotonic_ns()
+        state["outcome"] = "ok"
+        return web.Response(body=body, headers={**headers, "Content-Type": "application/json"})
+
+    def _reset(self, request: web.Request, state: dict) -> web.StreamResponse:
+        transport = request.transport
+        if transport is not None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # SO_LINGER 0: close sends RST, the client sees a reset
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        state["finish_ns"] = time.monotonic_ns()
+        state["outcome"] = "reset"
+        raise asyncio.CancelledError  # nothing more can be written; aiohttp drops the handler
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(data), status=status, content_type="application/json")

@@ -1,0 +1,74 @@
+"""The simulator's deterministic tokenizer (the workload team builds exact-length prompts on it).
+
+Rule: a token is a maximal run of non-whitespace characters, `re.findall(r"\\S+", text)`.
+So "Hello,  world!\\n" is 2 tokens; whitespace never counts. For chat requests the prompt's tokens
+are the sum over messages of the tokens of `content` (a string, or a list of parts whose `text`
+fields are counted); roles and the chat template add nothing.
+
+Token ids: the first 8 bytes of BLAKE2b(word as UTF-8, digest_size=8), read little-endian,
+modulo VOCAB_SIZE (128256, Llama 3's vocabulary). Distinct words may share an id; /detokenize
+maps ids back through the words this process has seen (unknown ids print as `<id>`).
+
+Generated text: output token i (0-based) is the word OUTPUT_WORD followed by one space, i.e. the
+text of n output tokens is "tok " * n, which this tokenizer counts as exactly n tokens.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+VOCAB_SIZE = 128256
+OUTPUT_WORD = "tok"
+OUTPUT_TOKEN_TEXT = OUTPUT_WORD + " "
+_WORD = re.compile(r"\S+")
+_seen: dict[int, str] = {}
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    return sum(1 for _ in _WORD.finditer(text))
+
+
+def token_id(word: str) -> int:
+    h = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
+    return h % VOCAB_SIZE
+
+
+def encode(text: str) -> list[int]:
+    ids = []
+    for w in _WORD.findall(text):
+        i = token_id(w)
+        if len(_seen) < 1_000_000:
+            _seen.setdefault(i, w)
+        ids.append(i)
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    return " ".join(_seen.get(i, f"<{i}>") for i in ids)
+
+
+def message_text(content: Any) -> str:
+    # OpenAI content: a string, or a list of parts like {"type": "text", "text": "..."}.
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text", ""), str))
+    raise ValueError("message content must be a string or a list of parts")
+
+
+def chat_prompt_text(messages: Any) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("'messages' must be a non-empty list")
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict):
+            raise ValueError("each message must be an object")
+        parts.append(message_text(m.get("content")))
+    return " ".join(parts)  # joined with a space so words never merge across messages

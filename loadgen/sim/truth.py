@@ -1,0 +1,130 @@
+"""The simulator's ground truth: one row per request, keyed by its X-Request-Id.
+
+Times are `time.monotonic_ns()` (the client's clock). For every completed request
+    arrival_ns + queue_ns + prefill_ns + decode_ns == finish_ns   (exactly, integers)
+because queue_ns = scheduled_ns - arrival_ns, prefill_ns = first_token_ns - scheduled_ns and
+decode_ns = finish_ns - first_token_ns. The `_s` columns are those integers / 1e9 (floats, so the
+identity holds there only to float rounding; check it on the `_ns` columns).
+
+  arrival_ns      the request was received (body read, before any fault or queueing)
+  scheduled_ns    the engine first scheduled it (fixed mode: = arrival_ns)
+  first_token_ns  send time of the first token (= token_ns[0])
+  finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
+                  failed; null if it never finished (sim stopped)
+  token_ns        send time of every output token: the clock read just before the bytes are
+                  written to the transport (a chunk of K tokens stamps K equal times). For a
+                  non-streaming response it is when each token was produced; the body goes out
+                  at finish_ns.
+  lateness_ns     per token, send time minus the time the engine/schedule made it due
+  preemptions     times the request was preempted (recomputed later)
+  stall_ns/stall_s  time after its first token that the request spent not decoding because of
+                  others: prefill work of other requests sharing its steps, being preempted, and
+                  engine stalls (faults)
+  speed           the --speed factor (profile time = real time * speed)
+  fault           the fault injected into this request ("" if none)
+  outcome         ok | http_error | reset | interrupted
+
+File type by extension: .jsonl (a line per request, flushed at once) or .parquet (rewritten
+atomically every FLUSH_EVERY_S and at exit).
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+FLUSH_EVERY_S = 1.0
+
+COLUMNS = {  # name -> polars dtype name
+    "request_id": "str", "arrival_ns": "i64", "scheduled_ns": "i64", "first_token_ns": "i64",
+    "finish_ns": "i64", "queue_s": "f64", "prefill_s": "f64", "decode_s": "f64",
+    "preemptions": "i64", "stall_s": "f64", "token_ns": "list_i64",
+    "queue_ns": "i64", "prefill_ns": "i64", "decode_ns": "i64", "stall_ns": "i64",
+    "lateness_ns": "list_i64", "speed": "f64", "mode": "str", "endpoint": "str",
+    "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
+    "output_tokens": "i64", "cached_tokens": "i64",
+}
+
+
+def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
+             first_token_ns: int | None, finish_ns: int | None, preemptions: int, stall_ns: int,
+             token_ns: list[int], lateness_ns: list[int], speed: float, mode: str, endpoint: str,
+             http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    def diff(a: int | None, b: int | None) -> int | None:
+        return None if a is None or b is None else a - b
+
+    queue_ns = diff(scheduled_ns, arrival_ns)
+    prefill_ns = diff(first_token_ns, scheduled_ns)
+    decode_ns = diff(finish_ns, first_token_ns)
+    to_s = lambda ns: None if ns is None else ns / 1e9  # noqa: E731
+    return {
+        "request_id": request_id, "arrival_ns": arrival_ns, "scheduled_ns": scheduled_ns,
+        "first_token_ns": first_token_ns, "finish_ns": finish_ns,
+        "queue_s": to_s(queue_ns), "prefill_s": to_s(prefill_ns), "decode_s": to_s(decode_ns),
+        "preemptions": preemptions, "stall_s": stall_ns / 1e9, "token_ns": token_ns,
+        "queue_ns": queue_ns, "prefill_ns": prefill_ns, "decode_ns": decode_ns, "stall_ns": stall_ns,
+        "lateness_ns": lateness_ns, "speed": speed, "mode": mode, "endpoint": endpoint,
+        "http_status": http_status, "outcome": outcome, "fault": fault,
+        "prompt_tokens": prompt_tokens, "output_tokens": len(token_ns), "cached_tokens": cached_tokens,
+    }
+
+
+class TruthWriter:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.kind = self.path.suffix.lower()
+        if self.kind not in (".jsonl", ".parquet"):
+            raise ValueError(f"--truth {path}: the file must end in .jsonl or .parquet")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict[str, Any]] = []
+        self._dirty = False
+        self._last_flush = time.monotonic()
+        self._fh = open(self.path, "wb") if self.kind == ".jsonl" else None
+        if self.kind == ".parquet":
+            self._write_parquet()
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self._fh is not None:
+            self._fh.write(orjson.dumps(row) + b"\n")
+            self._fh.flush()
+            return
+        self.rows.append(row)
+        self._dirty = True
+        if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._fh is not None:
+            self._fh.flush()
+        elif self._dirty:
+            self._write_parquet()
+
+    def close(self) -> None:
+        self.flush()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def _write_parquet(self) -> None:
+        import polars as pl
+
+        types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64)}
+        schema = {k: types[v] for k, v in COLUMNS.items()}
+        df = pl.DataFrame(self.rows, schema=schema, orient="row") if self.rows else pl.DataFrame(schema=schema)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        df.write_parquet(tmp)
+        os.replace(tmp, self.path)
+        self._dirty = False
+        self._last_flush = time.monotonic()
+
+
+def read_truth(path: str | os.PathLike) -> list[dict[str, Any]]:
+    p = Path(path)
+    if p.suffix.lower() == ".jsonl":
+        return [orjson.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
+    import polars as pl
+
+    return pl.read_parquet(p).to_dicts()
