@@ -138,6 +138,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
+            cpu0 = os.times()
             try:
                 status = await runner.run(stop)
             finally:
@@ -145,6 +146,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                     t.cancel()
                 await asyncio.gather(flusher, probe, ticker, return_exceptions=True)
                 clock.close()
+                cpu1 = os.times()
     finally:
         sys.setswitchinterval(old_switch)
     rest = recorder.take_finished()
@@ -156,6 +158,11 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     if reasons:
         status = "invalid"
     generator["loop_lateness_ms"] = _lateness(lateness_ns)
+    # The client's CPU over the run (dispatch, streams, parsing after each stream, histograms, flushes):
+    # the cost per streamed chunk is what limits the rate one process can drive.
+    chunks = sum(r.n_chunks for r in rows)
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
     generator["out_of_range"] = {m: h["out_of_range"] for m, h in histograms.items()}
     writer.finalize(rows, t0)
     manifest.update(status=status, invalid_reasons=reasons, generator=generator,

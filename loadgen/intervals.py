@@ -19,29 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from loadgen import hdr
+from loadgen.itl import itl_samples_ns
 from loadgen.recorder import OK, Row
 
 INTERVAL_NS = 1_000_000_000
-
-
-def itl_samples_ns(t_ns: np.ndarray, n_tokens: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """Per-token ITL in ns (float). Chunks sorted by owner then time. Chunks of one owner with the same
-    stamp (one read) form a group of k = sum of their tokens; groups with k = 0 are skipped; each gap
-    between a group and the previous one of the same owner gives k samples of gap / k."""
-    if t_ns.size == 0:
-        return np.empty(0)
-    new_group = np.ones(t_ns.size, dtype=bool)
-    new_group[1:] = (t_ns[1:] != t_ns[:-1]) | (owner[1:] != owner[:-1])
-    starts = np.flatnonzero(new_group)
-    k = np.add.reduceat(n_tokens.astype(np.int64), starts)
-    g_t, g_owner = t_ns[starts], owner[starts]
-    keep = k > 0
-    k, g_t, g_owner = k[keep], g_t[keep], g_owner[keep]
-    if k.size < 2:
-        return np.empty(0)
-    same = g_owner[1:] == g_owner[:-1]
-    gap, kk = (g_t[1:] - g_t[:-1])[same], k[1:][same]
-    return np.repeat(gap / kk, kk)
 
 
 def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
