@@ -127,10 +127,18 @@ class Runner:
                         row.fail(HTTP_ERROR, f"http_{resp.status}", detail)
                     else:
                         streamed = True
-                        # The hot path: one clock read and two appends per read; parsing comes later.
-                        async for data in resp.reads():
-                            read_t.append(now())
-                            reads.append(data)
+                        stamped = getattr(resp, "stamped", None)
+                        if stamped is not None:
+                            # rawhttp: the protocol callback already stamped each read (its hot path).
+                            t, data = await stamped()
+                            read_t, reads = t, data
+                            if resp.error is not None:
+                                raise resp.error
+                        else:
+                            # The hot path: one clock read and two appends per read; parsing comes later.
+                            async for data in resp.reads():
+                                read_t.append(now())
+                                reads.append(data)
         except TimeoutError:
             row.fail(TIMEOUT, "request_timeout", f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:
