@@ -4,6 +4,9 @@ Contract:
 - rows arrive with `intended_ns` absolute (t0 + the plan's offset) and sorted; `bodies[i]` is row i's body;
 - the dispatch loop waits for each row's absolute deadline and starts the request as a task; it never
   waits for a response, so a slow server cannot slow the schedule;
+- overdue rows (the loop was busy past their deadline) are started at once, in plan order, never
+  skipped or re-spaced: each one's lag is recorded, and selfcheck.py marks the run invalid when the
+  lag or the resulting burst (dispatch-gap CV) departs from the plan;
 - with max_concurrency > 0, a request whose time has come but finds no free slot waits in a FIFO; it
   starts when a slot frees (`slot_wait_ns` records how long) and is `dropped` if the run ends first.
   Without a cap there is no queue anywhere in the client (the transport has no connection limit);

@@ -7,7 +7,7 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
   BENCH_CAPACITY_S   6         per capacity case (400, 800, 1600 req/s x BENCH_CAPACITY_TOKENS)
   BENCH_CAPACITY_TOKENS 16     fewer tokens than 64: the one-core simulator is the limit otherwise
   BENCH_ACCURACY_RATES / BENCH_CAPACITY_RATES   comma lists overriding the rates
-  BENCH_CLIENTS      loadgen,bare
+  BENCH_CLIENTS      loadgen,bare,lg-aio   (lg-aio: loadgen with its aiohttp transport; accuracy cases only)
   BENCH_ANALYSIS_ROWS 10000000 chunk rows of the synthetic run given to `loadgen report` (0 = skip)
   BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0
 
@@ -64,11 +64,12 @@ def start_sim(truth: Path, core: str) -> SimProcess:
     return sim
 
 
-def run_loadgen(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, core: str) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
+def run_loadgen(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, core: str,
+                transport: str = "raw") -> tuple[dict, pl.DataFrame, pl.DataFrame]:
     out = tmp / "run"
     w = workload(tmp / "w.toml", rate, duration_s, tokens)
     p = subprocess.run(["taskset", "-c", core, PY, "-m", "loadgen", "run", str(w), "--url", url, "--out", str(out),
-                        "--quiet"], capture_output=True, text=True)
+                        "--quiet"], capture_output=True, text=True, env={**os.environ, "LOADGEN_TRANSPORT": transport})
     if p.returncode not in (0, 3):
         raise RuntimeError(f"loadgen run failed ({p.returncode}): {p.stderr[-2000:]}")
     m = orjson.loads((out / "manifest.json").read_bytes())
@@ -121,8 +122,11 @@ def one_case(kind: str, client_name: str, rate: float, duration_s: float, tokens
         truth_path = tmp / "truth.jsonl"
         sim = start_sim(truth_path, sim_core)
         try:
-            runner = run_loadgen if client_name == "loadgen" else run_bare
-            extra, client, chunks = runner(sim.url, tmp, rate, duration_s, tokens, client_core)
+            if client_name == "bare":
+                extra, client, chunks = run_bare(sim.url, tmp, rate, duration_s, tokens, client_core)
+            else:
+                transport = "aiohttp" if client_name == "lg-aio" else "raw"
+                extra, client, chunks = run_loadgen(sim.url, tmp, rate, duration_s, tokens, client_core, transport)
         finally:
             sim.stop()
         truth = read_truth(truth_path)
@@ -162,9 +166,10 @@ def main() -> int:
     acc_s = float(os.environ.get("BENCH_ACCURACY_S", "15"))
     cap_s = float(os.environ.get("BENCH_CAPACITY_S", "6"))
     cap_tokens = int(os.environ.get("BENCH_CAPACITY_TOKENS", "16"))
-    clients = os.environ.get("BENCH_CLIENTS", "loadgen,bare").split(",")
+    clients = os.environ.get("BENCH_CLIENTS", "loadgen,bare,lg-aio").split(",")
     cases = [("accuracy", c, r, acc_s, 64) for r in env_list("BENCH_ACCURACY_RATES", "50,100,150,200") for c in clients]
-    cases += [("capacity", c, r, cap_s, cap_tokens) for r in env_list("BENCH_CAPACITY_RATES", "400,800,1600") for c in clients]
+    cases += [("capacity", c, r, cap_s, cap_tokens) for r in env_list("BENCH_CAPACITY_RATES", "400,800,1600")
+              for c in clients if c != "lg-aio"]
     print("ms unless noted; cpu/chk in µs of client CPU per streamed chunk; errors vs the simulator's truth", flush=True)
     print(header(), flush=True)
     results = []
