@@ -31,19 +31,18 @@ from typing import TextIO
 import numpy as np
 import uvloop
 
-from loadgen import __version__
+from loadgen import __version__, selfcheck
 from loadgen.backends.openai import OpenAIBackend
-from loadgen import selfcheck
 from loadgen.clock import Clock, TimerfdClock
-from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.config import RunConfig, redact_url
+from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import synthetic_text
+from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.results import SCHEMA_VERSION, RunWriter
 from loadgen.runner import Runner
 from loadgen.schedule import Schedule, build, text_seed
 from loadgen.sim.process import SimProcess
-from loadgen.rawhttp import RawHttpTransport
 from loadgen.transport import AiohttpTransport
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
@@ -191,12 +190,12 @@ def make_transport(url: str, headers: dict[str, str]):
     return AiohttpTransport(url, headers)
 
 
-def check_generator(rows: list[Row], limits: selfcheck.Limits = selfcheck.Limits()) -> tuple[list[str], dict]:
+def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
     sent = [r for r in rows if r.dispatched_ns is not None]
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
-                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits)
+                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits())
 
 
 def _lateness(samples_ns: list[int]) -> dict:
