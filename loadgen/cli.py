@@ -40,6 +40,11 @@ def _workload_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", help="output tokens: N or MIN..MAX (uniform)")
     p.add_argument("--warmup-requests", help="first N requests are left out of statistics")
     p.add_argument("--seed")
+    p.add_argument("--trace", help="replay this trace file (replaces the workload's arrivals and lengths)")
+    p.add_argument("--trace-format", help="azure | mooncake | burstgpt | jsonl (sniffed when omitted)")
+    p.add_argument("--time-scale", help="trace replay speed: offsets x this (2 = half speed)")
+    p.add_argument("--skip-bad-rows", action="store_true", default=None,
+                   help="drop bad trace rows and count them in the manifest instead of failing")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _workload_flags(sch)
+    sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     return parser
 
@@ -71,7 +77,8 @@ def _config(args: argparse.Namespace):
     from loadgen import config
 
     overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
-    return config.load(args.workload, overrides, url=getattr(args, "url", None), out=getattr(args, "out", None),
+    return config.load(args.workload, overrides, url=getattr(args, "url", None),
+                       out=getattr(args, "out", None) if args.command == "run" else None,
                        sim_args=tuple(getattr(args, "sim_args", "").split()))
 
 
@@ -84,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from loadgen.config import ConfigError
     from loadgen.results import ResultsError
+    from loadgen.datasets import DatasetError
+    from loadgen.prompts import TokenizerError
+    from loadgen.traces import TraceError
 
     try:
         if args.command == "run":
@@ -94,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
             return _schedule(args)
     except ConfigError as e:
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
+        return 2
+    except (TraceError, DatasetError) as e:
+        print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
+        return 2
+    except TokenizerError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except ResultsError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -135,12 +151,27 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
-    from loadgen.schedule import build
+    from loadgen.schedule import build, plan_records
 
-    s = build(_config(args))
-    out = sys.stdout.buffer
-    for i in range(len(s)):
-        out.write(orjson.dumps({"request_id": f"dry-{i:06d}", "intended_ns": int(s.intended_ns[i]),
-                                "prompt_tokens": int(s.prompt_tokens[i]), "max_tokens": int(s.max_tokens[i]),
-                                "warmup": bool(s.warmup[i])}) + b"\n")
+    records = plan_records(build(_config(args)))
+    if args.out:
+        out = Path(args.out)
+        if out.suffix == ".parquet":
+            import polars as pl
+
+            pl.DataFrame(records, schema={"request_id": pl.String, "intended_ns": pl.Int64,
+                                          "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
+                                          "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,
+                                          "after": pl.Int64, "think_ns": pl.Int64,
+                                          "warmup": pl.Boolean}).write_parquet(out)
+        elif out.suffix == ".jsonl":
+            out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+        else:
+            print(f"--out: {out}: must end in .jsonl or .parquet", file=sys.stderr)
+            return 2
+        print(out)
+        return 0
+    w = sys.stdout.buffer
+    for r in records:
+        w.write(orjson.dumps(r) + b"\n")
     return 0

@@ -7,7 +7,7 @@ libuv (uvloop) rounds timers to whole ms, so `asyncio.sleep` alone is up to ~1-2
 alternatives (tests/bench/dispatch.py, numbers in tests/bench/README.md):
 - SpinClock: sleep on the loop to `spin_ns` before the deadline, then yield to the loop in a tight
   loop (`asyncio.sleep(0)`) until it passes. Precise, but each request burns up to spin_ns of CPU.
-- TimerfdClock (the default on Linux): a timerfd armed with the absolute CLOCK_MONOTONIC deadline
+- TimerfdClock (the default on Linux): one timerfd armed with the earliest absolute CLOCK_MONOTONIC deadline
   (TFD_TIMER_ABSTIME) and registered with the loop through `add_reader`: the kernel wakes the loop
   at the deadline (timer slack set to 1 µs), then a short spin (`spin_ns`, default 100 µs) absorbs the
   wake-up latency. One settime syscall and one read per request instead of ~1 ms of spinning.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import heapq
 import os
 import sys
 import time
@@ -55,7 +56,8 @@ class _Itimerspec(ctypes.Structure):
 
 
 class TimerfdClock:
-    """One timerfd for the dispatcher (one waiter at a time: the dispatch loop is sequential)."""
+    """One timerfd for all waiters of a run (the dispatch loop and, with sessions, each next-turn timer):
+    a heap of wake-up times; the timerfd is always armed for the earliest one."""
 
     def __init__(self, spin_ns: int = 100_000):
         self.spin_ns = spin_ns
@@ -68,17 +70,30 @@ class TimerfdClock:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
         self._spec = _Itimerspec()
         self._spec_ref = ctypes.byref(self._spec)
-        self._waiter: asyncio.Future | None = None
+        self._heap: list[tuple[int, int, asyncio.Future]] = []   # (wake ns, seq, future)
+        self._seq = 0
+        self._armed_ns = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _arm(self, wake_ns: int) -> None:
+        self._armed_ns = wake_ns
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(wake_ns, 1_000_000_000)
+        self._settime(self._fd, TFD_TIMER_ABSTIME, self._spec_ref, None)
 
     def _fired(self) -> None:
         try:
             os.read(self._fd, 8)
         except BlockingIOError:
-            return
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
+            pass
+        heap, now = self._heap, time.monotonic_ns()
+        while heap and (heap[0][0] <= now or heap[0][2].done()):
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_result(None)
+        if heap:
+            self._arm(heap[0][0])
+        else:
+            self._armed_ns = 0
 
     async def sleep_until(self, deadline_ns: int) -> None:
         now = time.monotonic_ns
@@ -88,13 +103,12 @@ class TimerfdClock:
             if self._loop is not loop:
                 loop.add_reader(self._fd, self._fired)
                 self._loop = loop
-            self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(wake_ns, 1_000_000_000)
-            self._settime(self._fd, TFD_TIMER_ABSTIME, self._spec_ref, None)
-            self._waiter = loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            fut = loop.create_future()
+            self._seq += 1
+            heapq.heappush(self._heap, (wake_ns, self._seq, fut))
+            if self._heap[0][2] is fut:  # the earliest waiter: (re-)arm for it
+                self._arm(wake_ns)
+            await fut  # a cancelled waiter stays in the heap until it reaches the top (then skipped)
         while now() < deadline_ns:
             await asyncio.sleep(0)
 

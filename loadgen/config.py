@@ -30,6 +30,43 @@ A workload file (see workloads/quickstart.toml):
     api_key_env = "OPENAI_API_KEY" # the key is read from this variable, never written anywhere
     extra_body = { ignore_eos = true }
 
+Production-shaped workloads (issue 4) add:
+
+    [arrivals]
+    process = "ramp"               # also: stages, trace (implied by a [trace] table)
+    rate_from = "1/s"              # ramp: the rate at t=0; `rate` is the rate reached after `ramp`
+    ramp = "60s"
+    base = "poisson"               # ramp/stages: poisson or constant spacing under the varying rate
+    stages = [ { duration = "30s", rate = "2/s" }, { duration = "60s", rate = "2/s", to = "20/s" } ]
+
+    [trace]                        # replay: arrivals (and by default lengths) come from a trace file
+    file = "traces/burstgpt_synthetic.csv"   # relative to the workload file
+    format = "burstgpt"            # azure | mooncake | burstgpt | jsonl; sniffed when omitted
+    time_scale = 1.0               # or rate = "5/s": a target mean rate, same gap shape (see arrivals.replay)
+    start = "0s"                   # skip the trace's first seconds
+    limit = 1000                   # at most this many requests
+    skip_bad_rows = false          # true: drop bad rows and count them in the manifest
+    lengths = true                 # false: keep [prompt]/[output] lengths, take only the times
+
+    [prompt]                       # tokens: any form in loadgen/lengths.py (normal, lognormal, mixture...)
+    tokenizer = "auto"             # auto | server | approximate | local (with tokenizer_file)
+    tokenizer_file = "tokenizer.json"
+    dataset = "data/sharegpt.json" # ShareGPT conversations as the prompt text source
+
+    [[mix]]                        # joint classes: weight, prompt and output lengths drawn together
+    weight = 0.7
+    prompt = { dist = "lognormal", median = 150, sigma = 0.6 }
+    output = { dist = "normal", mean = 200, sd = 60, min = 16, max = 512 }
+
+    [prefix]                       # shared system prompts
+    tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count)
+    groups = 4                     # how many distinct prefixes
+    fraction = 0.8                 # share of requests that carry one (the rest carry none)
+
+    [session]                      # multi-turn: each arrival starts a conversation
+    turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1
+    think_ms = { dist = "lognormal", median = 3000, sigma = 0.5 }  # think time after each reply
+
 validate() returns every problem at once, each naming the file and key (or the CLI flag that set it).
 """
 from __future__ import annotations
@@ -40,11 +77,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from loadgen import lengths as lengths_mod
 from loadgen.arrivals import PROCESSES
+from loadgen.lengths import Lengths
 from loadgen.units import parse_duration_ns, parse_rate_per_s
 
 APIS = ("completions", "chat")
-LENGTH_DISTS = ("fixed", "uniform")
+LENGTH_DISTS = lengths_mod.DISTS
+TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
+TOKENIZERS = ("auto", "server", "approximate", "local")
 
 
 class ConfigError(Exception):
@@ -56,18 +97,47 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class Lengths:
-    dist: str = "fixed"
-    value: int = 0      # fixed
-    min: int = 0        # uniform, inclusive
-    max: int = 0        # uniform, inclusive
-
-
-@dataclass(frozen=True)
 class Arrivals:
     process: str = "poisson"
     rate_per_s: float = 1.0
     burstiness: float = 1.0
+    rate_from_per_s: float = 0.0            # ramp: rate at t=0 (rate_per_s is reached after ramp_ns)
+    ramp_ns: int = 0
+    stages: tuple[tuple[int, float, float], ...] = ()  # (duration_ns, rate_from_per_s, rate_to_per_s)
+    base: str = "poisson"                   # ramp/stages spacing: poisson | constant
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    file: str                               # resolved path
+    format: str = ""                        # "" = sniffed
+    time_scale: float | None = None
+    rate_per_s: float | None = None         # target mean rate (exclusive with time_scale)
+    start_ns: int = 0
+    limit: int | None = None
+    skip_bad_rows: bool = False
+    lengths: bool = True                    # take prompt/output lengths from the trace too
+
+
+@dataclass(frozen=True)
+class MixClass:
+    weight: float                           # normalized over all classes
+    prompt: Lengths
+    output: Lengths
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    tokens: int                             # K, counted inside each sharing request's prompt length
+    groups: int = 1
+    fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    turns: Lengths
+    think_ms: Lengths
 
 
 @dataclass(frozen=True)
@@ -92,6 +162,14 @@ class RunConfig:
     out: str | None = None
     sim_args: tuple[str, ...] = ()  # flags for the built-in simulator when url is None
     source: str = ""                # the workload file, for messages and the manifest
+    # --- issue 4: production-shaped workloads (all optional) ---
+    trace: TraceSpec | None = None
+    mix: tuple[MixClass, ...] = ()
+    prefix: PrefixSpec | None = None
+    session: SessionSpec | None = None
+    tokenizer: str = "auto"
+    tokenizer_file: str | None = None
+    dataset: str | None = None
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -118,11 +196,15 @@ def redact_url(url: str) -> str:
 
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
 _KEYS = {
-    "": {"name", "model", "api", "seed", "arrivals", "run", "prompt", "output", "request"},
-    "arrivals": {"process", "rate", "burstiness"},
+    "": {"name", "model", "api", "seed", "arrivals", "run", "prompt", "output", "request",
+         "trace", "mix", "prefix", "session"},
+    "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99"},
-    "prompt": {"tokens"},
+    "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
+    "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
+    "prefix": {"tokens", "groups", "fraction"},
+    "session": {"turns", "think_ms"},
     "output": {"tokens"},
     "request": {"api_key_env", "extra_body"},
 }
@@ -133,6 +215,8 @@ FLAG_KEYS = {
     "--requests": "run.requests", "--duration": "run.duration", "--max-concurrency": "run.max_concurrency",
     "--prompt-tokens": "prompt.tokens", "--max-tokens": "output.tokens",
     "--warmup-requests": "run.warmup_requests", "--max-send-lag-p99": "run.max_send_lag_p99",
+    "--trace": "trace.file", "--trace-format": "trace.format", "--time-scale": "trace.time_scale",
+    "--skip-bad-rows": "trace.skip_bad_rows",
 }
 
 
@@ -155,6 +239,16 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
         target = raw.setdefault(table, {}) if table else raw
         if not isinstance(target, dict):
             continue  # validate() reports the table itself
+        if key == "trace.file":
+            # A trace given on the command line replaces the workload's arrivals and lengths; its path
+            # is relative to the working directory, so make it absolute before the file's dir applies.
+            value = str(Path(value).resolve())
+            raw.pop("arrivals", None)
+        if key == "trace.time_scale":
+            try:
+                value = float(value)
+            except ValueError:
+                pass  # reported by validate()
         if key in ("run.duration", "run.requests"):
             # --duration and --requests replace each other: the flag wins over the file's bound.
             raw["run"].pop("requests" if leaf == "duration" else "duration", None)
@@ -225,60 +319,53 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             return options[0]
         return v
 
-    def lengths(key: str, default: int | None) -> Lengths:
-        v = get(key, default)
+    base_dir = Path(source).parent
+
+    def lengths(key: str, default: int | None, v: Any = None) -> Lengths:
+        v = get(key, default) if v is None else v
         if isinstance(v, str):
             v = _parse_length_flag(v)
+            if isinstance(v, str):
+                bad(key, f"must be N or MIN..MAX, got {v!r}")
+                return Lengths(value=1)
         if v is None:
             bad(key, "missing")
             return Lengths(value=1)
-        if isinstance(v, int) and not isinstance(v, bool):
-            if v < 1:
-                bad(key, f"must be >= 1, got {v}")
-            return Lengths(value=v)
-        if isinstance(v, dict):
-            dist = v.get("dist", "fixed")
-            if dist not in LENGTH_DISTS:
-                bad(f"{key}.dist", f"must be one of {', '.join(LENGTH_DISTS)}, got {dist!r}")
-                return Lengths(value=1)
-            extra = set(v) - {"dist", "value", "min", "max"}
-            for k in sorted(extra):
-                bad(f"{key}.{k}", "unknown key (expected dist, value, min, max)")
-            def part(name: str) -> int:
-                if name not in v:
-                    bad(f"{key}.{name}", "missing")
-                    return 1
-                return integer(f"{key}.{name}", 1, 1, v[name]) or 1
-            if dist == "fixed":
-                return Lengths(value=part("value"))
-            lo, hi = part("min"), part("max")
-            if lo > hi:
-                bad(key, f"min ({lo}) must be <= max ({hi})")
-            return Lengths("uniform", min=lo, max=hi)
-        bad(key, f"must be an integer or a table like {{ dist = \"uniform\", min = 64, max = 512 }}, got {v!r}")
-        return Lengths(value=1)
+        return lengths_mod.parse(v, key, bad, base_dir)
+
+    def rate_at(key: str, v: Any) -> float:
+        try:
+            return parse_rate_per_s(v)
+        except ValueError as e:
+            bad(key, str(e))
+            return 1.0
 
     model = get("model")
     if not isinstance(model, str) or not model:
         bad("model", f"must be a non-empty string, got {model!r}")
     api = choice("api", APIS, "completions")
     seed = integer("seed", 0, 0)
-    process = choice("arrivals.process", PROCESSES, "poisson")
+    has_trace = isinstance(raw.get("trace"), dict)
+    process = choice("arrivals.process", PROCESSES, "trace" if has_trace else "poisson")
+    if has_trace:
+        process = "trace"
+    elif process == "trace":
+        bad("arrivals.process", "\"trace\" needs a [trace] table with a file (or --trace FILE)")
     rate = 1.0
-    if get("arrivals.rate") is None:
+    if process in ("trace", "stages"):
+        pass  # the trace or the stages give the rate
+    elif get("arrivals.rate") is None:
         bad("arrivals.rate", "missing (e.g. rate = \"8/s\")")
     else:
-        try:
-            rate = parse_rate_per_s(get("arrivals.rate"))
-        except ValueError as e:
-            bad("arrivals.rate", str(e))
+        rate = rate_at("arrivals.rate", get("arrivals.rate"))
+    arrivals_extra = _arrivals_extra(raw, process, bad, duration, rate_at)
     burstiness = get("arrivals.burstiness", 1.0)
     if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
         bad("arrivals.burstiness", f"must be a number > 0, got {burstiness!r}")
         burstiness = 1.0
     requests = integer("run.requests", None, 1)
     duration_ns = duration("run.duration", None)
-    if (get("run.requests") is None) == (get("run.duration") is None):
+    if get("run.requests") is not None and get("run.duration") is not None or get("run.requests") is None and get("run.duration") is None and process not in ("trace", "stages"):
         bad("run", "give exactly one of requests or duration")
     warmup = integer("run.warmup_requests", 0, 0) or 0
     if requests is not None and warmup >= requests:
@@ -293,14 +380,33 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         extra_body = {}
     for reserved in sorted(set(extra_body) & {"model", "prompt", "messages", "stream", "max_tokens"}):
         bad(f"request.extra_body.{reserved}", "is set by loadgen itself and may not be overridden here")
+    trace = _trace(raw.get("trace"), base_dir, bad, duration, rate_at) if has_trace else None
+    mix = _mix(raw.get("mix"), bad, lengths)
+    # Lengths come from the trace (unless trace.lengths = false) or from [[mix]]: then the
+    # [prompt]/[output] tokens are optional (and ignored when given).
+    skip_lengths = bool(mix) or (trace is not None and trace.lengths)
+    tokenizer = choice("prompt.tokenizer", TOKENIZERS, "auto")
+    tokenizer_file = get("prompt.tokenizer_file")
+    if tokenizer == "local" and not isinstance(tokenizer_file, str):
+        bad("prompt.tokenizer_file", "missing: tokenizer = \"local\" needs the path of a tokenizer.json")
+    if isinstance(tokenizer_file, str):
+        tokenizer_file = str(base_dir / tokenizer_file)
+        if tokenizer == "auto":
+            tokenizer = "local"
+    dataset = get("prompt.dataset")
+    if dataset is not None:
+        if not isinstance(dataset, str) or not (base_dir / dataset).is_file():
+            bad("prompt.dataset", f"no such file {str(base_dir / str(dataset))!r} (a ShareGPT-format JSON file)")
+        else:
+            dataset = str(base_dir / dataset)
     config = RunConfig(
         name=get("name") or Path(source).stem,
         model=model if isinstance(model, str) else "",
         api=api,
         seed=seed or 0,
-        arrivals=Arrivals(process, rate, float(burstiness)),
-        prompt_tokens=lengths("prompt.tokens", None),
-        output_tokens=lengths("output.tokens", None),
+        arrivals=Arrivals(process, rate, float(burstiness), **arrivals_extra),
+        prompt_tokens=lengths("prompt.tokens", None) if not skip_lengths else Lengths(value=1),
+        output_tokens=lengths("output.tokens", None) if not skip_lengths else Lengths(value=1),
         requests=requests,
         duration_ns=duration_ns,
         warmup_requests=warmup,
@@ -314,7 +420,18 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         out=out,
         sim_args=tuple(sim_args),
         source=source,
+        trace=trace,
+        mix=mix,
+        prefix=_prefix(raw.get("prefix"), bad, integer),
+        session=_session(raw.get("session"), bad, lengths),
+        tokenizer=tokenizer,
+        tokenizer_file=tokenizer_file if isinstance(tokenizer_file, str) else None,
+        dataset=dataset if isinstance(dataset, str) else None,
     )
+    if config.prefix is not None and not skip_lengths and config.prompt_tokens.dist == "fixed" \
+            and config.prompt_tokens.value <= config.prefix.tokens:
+        bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): the prefix "
+            f"is part of the prompt")
     if url is not None and not url.startswith(("http://", "https://")):
         problems.append(f"--url: must start with http:// or https://, got {url!r}")
     if problems:
@@ -335,3 +452,158 @@ def _parse_length_flag(text: str) -> int | dict | str:
 
 def with_overrides(config: RunConfig, **changes: Any) -> RunConfig:
     return replace(config, **changes)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _arrivals_extra(raw: dict, process: str, bad, duration, rate_at) -> dict:
+    a = raw.get("arrivals") if isinstance(raw.get("arrivals"), dict) else {}
+    out: dict[str, Any] = {}
+    base = a.get("base", "poisson")
+    if base not in ("poisson", "constant"):
+        bad("arrivals.base", f"must be poisson or constant, got {base!r}")
+        base = "poisson"
+    out["base"] = base
+    if process == "ramp":
+        if "rate_from" not in a:
+            bad("arrivals.rate_from", "missing: a ramp goes from rate_from to rate over ramp")
+        else:
+            out["rate_from_per_s"] = _rate_or_zero("arrivals.rate_from", a["rate_from"], bad, rate_at)
+        out["ramp_ns"] = duration("arrivals.ramp", None) or 0
+        if "ramp" not in a:
+            bad("arrivals.ramp", "missing: the ramp's length, e.g. ramp = \"60s\"")
+    if process == "stages":
+        st = a.get("stages")
+        if not isinstance(st, list) or not st:
+            bad("arrivals.stages", "must be a non-empty list like [ { duration = \"30s\", rate = \"2/s\" } ]")
+            st = []
+        stages = []
+        for i, item in enumerate(st):
+            k = f"arrivals.stages[{i}]"
+            if not isinstance(item, dict):
+                bad(k, "must be a table with duration, rate and optionally to")
+                continue
+            for extra in sorted(set(item) - {"duration", "rate", "to"}):
+                bad(f"{k}.{extra}", "unknown key (expected duration, rate, to)")
+            try:
+                d = parse_duration_ns(item.get("duration"))
+                if d <= 0:
+                    raise ValueError(f"must be > 0, got {item.get('duration')!r}")
+            except ValueError as e:
+                bad(f"{k}.duration", str(e))
+                d = 1
+            r0 = _rate_or_zero(f"{k}.rate", item.get("rate"), bad, rate_at)
+            r1 = _rate_or_zero(f"{k}.to", item["to"], bad, rate_at) if "to" in item else r0
+            stages.append((d, r0, r1))
+        if stages and stages[-1][2] == 0 and raw.get("run", {}).get("requests") is not None:
+            bad("arrivals.stages", "the last stage must end at a rate > 0 when the run is bounded by requests")
+        out["stages"] = tuple(stages)
+    return out
+
+
+def _rate_or_zero(key: str, v: Any, bad, rate_at) -> float:
+    # Stages and ramps may start from (or pause at) rate 0.
+    if v in (0, 0.0, "0", "0/s"):
+        return 0.0
+    if v is None:
+        bad(key, "missing")
+        return 1.0
+    return rate_at(key, v)
+
+
+def _trace(t: dict, base_dir: Path, bad, duration, rate_at) -> TraceSpec:
+    f = t.get("file")
+    path = ""
+    if f is None:
+        bad("trace.file", "missing: a [trace] table (or --time-scale, --trace-format, --skip-bad-rows) "
+            "needs a trace file: set trace.file or pass --trace FILE")
+    elif not isinstance(f, str) or not f:
+        bad("trace.file", f"must be a file name, got {f!r}")
+    else:
+        p = Path(f) if Path(f).is_absolute() else base_dir / f
+        if not p.is_file():
+            bad("trace.file", f"no such file {str(p)!r}")
+        path = str(p)
+    fmt = t.get("format", "")
+    if fmt not in ("", *TRACE_FORMATS):
+        bad("trace.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+        fmt = ""
+    ts = t.get("time_scale")
+    if ts is not None and (not _number(ts) or not ts > 0):
+        bad("trace.time_scale", f"must be a number > 0, got {ts!r}")
+        ts = None
+    rate = rate_at("trace.rate", t["rate"]) if "rate" in t else None
+    if ts is not None and rate is not None:
+        bad("trace", "give time_scale or rate, not both")
+    start_ns = 0
+    if "start" in t:
+        try:
+            start_ns = parse_duration_ns(t["start"])
+        except ValueError as e:
+            bad("trace.start", str(e))
+    limit = t.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        bad("trace.limit", f"must be an integer >= 1, got {limit!r}")
+        limit = None
+    flags = {}
+    for k in ("skip_bad_rows", "lengths"):
+        v = t.get(k, k == "lengths")
+        if not isinstance(v, bool):
+            bad(f"trace.{k}", f"must be true or false, got {v!r}")
+            v = k == "lengths"
+        flags[k] = v
+    return TraceSpec(path, fmt, None if ts is None else float(ts), rate, start_ns, limit, **flags)
+
+
+def _mix(m: Any, bad, lengths) -> tuple[MixClass, ...]:
+    if m is None:
+        return ()
+    if not isinstance(m, list) or not m:
+        bad("mix", "must be one or more [[mix]] tables")
+        return ()
+    classes, total = [], 0.0
+    for i, c in enumerate(m):
+        k = f"mix[{i}]"
+        if not isinstance(c, dict):
+            bad(k, "must be a table with weight, prompt, output")
+            continue
+        for extra in sorted(set(c) - {"weight", "prompt", "output", "name"}):
+            bad(f"{k}.{extra}", "unknown key (expected weight, prompt, output, name)")
+        w = c.get("weight")
+        if not _number(w) or not w > 0:
+            bad(f"{k}.weight", f"must be a number > 0, got {w!r}")
+            w = 1.0
+        total += w
+        classes.append((float(w), lengths(f"{k}.prompt", None, c.get("prompt")) if "prompt" in c
+                        else lengths(f"{k}.prompt", None), lengths(f"{k}.output", None, c.get("output"))
+                        if "output" in c else lengths(f"{k}.output", None), str(c.get("name", ""))))
+    return tuple(MixClass(w / total, p, o, n) for w, p, o, n in classes)
+
+
+def _prefix(p: Any, bad, integer) -> PrefixSpec | None:
+    if p is None:
+        return None
+    if not isinstance(p, dict):
+        return None  # reported as "must be a table"
+    if "tokens" not in p:
+        bad("prefix.tokens", "missing: the shared prefix's length in tokens")
+    tokens = integer("prefix.tokens", 1, 1) or 1
+    groups = integer("prefix.groups", 1, 1) or 1
+    fraction = p.get("fraction", 1.0)
+    if not _number(fraction) or not 0 <= fraction <= 1:
+        bad("prefix.fraction", f"must be a number in [0, 1], got {fraction!r}")
+        fraction = 1.0
+    return PrefixSpec(tokens, groups, float(fraction))
+
+
+def _session(s: Any, bad, lengths) -> SessionSpec | None:
+    if s is None or not isinstance(s, dict):
+        return None
+    turns = lengths("session.turns", None) if "turns" in s else None
+    if turns is None:
+        bad("session.turns", "missing: how many turns per conversation (e.g. 4 or a distribution)")
+        turns = Lengths(value=1)
+    think = lengths("session.think_ms", None) if "think_ms" in s else Lengths(value=1000)
+    return SessionSpec(turns, think)

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -35,13 +35,16 @@ from loadgen import __version__, selfcheck
 from loadgen.backends.openai import OpenAIBackend
 from loadgen.clock import Clock, TimerfdClock
 from loadgen.config import RunConfig, redact_url
+from loadgen.bodies import Bodies
+from loadgen.datasets import load_sharegpt
 from loadgen.intervals import INTERVAL_NS, LiveHistograms
-from loadgen.prompts import synthetic_text
+from loadgen.prompts import PromptMaker
+from loadgen.prompts import resolve as resolve_tokenizer
 from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.results import SCHEMA_VERSION, RunWriter
 from loadgen.runner import Runner
-from loadgen.schedule import Schedule, build, text_seed
+from loadgen.schedule import Schedule, build
 from loadgen.sim.process import SimProcess
 from loadgen.transport import AiohttpTransport
 
@@ -67,16 +70,23 @@ def default_out(config: RunConfig) -> Path:
     return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def request_bodies(config: RunConfig, schedule: Schedule, backend: OpenAIBackend) -> list[bytes]:
-    rng = np.random.default_rng(text_seed(config))
-    return [backend.body(synthetic_text(int(p), rng), int(m))
-            for p, m in zip(schedule.prompt_tokens, schedule.max_tokens)]
+def request_bodies(config: RunConfig, schedule: Schedule, backend: OpenAIBackend,
+                   url: str | None = None) -> tuple[list[bytes], Bodies, dict]:
+    """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
+    `workload` section: tokenizer used (and any fallback warning), prompt length checks, trace counts."""
+    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file)
+    maker = PromptMaker(tokenizer)
+    convs = load_sharegpt(config.dataset) if config.dataset else None
+    bodies = Bodies(schedule, backend, maker, config.seed, convs)
+    built = bodies.build_all()
+    info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
+                                           "warning": warning}, "prompt_checks": maker.summary()}
+    return built, bodies, info
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
     schedule = build(config)
     backend = OpenAIBackend(config.api, config.model, config.extra_body)
-    bodies = request_bodies(config, schedule, backend)
     writer = RunWriter(config.out or default_out(config))
     writer.prepare()
     sim = None
@@ -86,15 +96,21 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
         url = sim.start()
         _say(progress, f"started the built-in simulator at {url}")
     try:
+        # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
+        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
+        if workload_info["tokenizer"]["warning"]:
+            _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-            _run(config, schedule, backend, bodies, writer, url, sim is not None, progress))
+            _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
+                 shaper, workload_info))
     finally:
         if sim is not None:
             sim.stop()
 
 
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
-               builtin_sim: bool, progress: TextIO | None) -> RunOutcome:
+               builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
+               workload_info: dict | None = None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -103,13 +119,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
     transport = make_transport(url, headers)
     await transport.__aenter__()
-    await transport.warm()  # before t0: aiohttp's first-request costs must not delay request 0 or 1
+    await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
     run_id = secrets.token_hex(4)
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
     t0 = mono_now + START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
+    shape_rows(rows, schedule)
     manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
@@ -117,13 +134,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "target": {"url": redact_url(url), "backend": "openai", "api": config.api,
                    "builtin_sim": builtin_sim},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
-               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, timezone.utc).isoformat()},
+               "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "schedule": {"requests": len(schedule), "process": config.arrivals.process,
                      "configured_rate_per_s": config.arrivals.rate_per_s,
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
+        "workload": workload_info or {},
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -141,7 +159,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
             runner = Runner(rows, bodies, backend, transport, clock, recorder,
                             max_concurrency=config.max_concurrency,
                             request_timeout_ns=config.request_timeout_ns,
-                            drain_timeout_ns=config.drain_timeout_ns)
+                            drain_timeout_ns=config.drain_timeout_ns,
+                            next_body=shaper.next_turn if shaper is not None else None)
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
@@ -180,6 +199,15 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     for reason in reasons:
         _say(progress, f"INVALID RUN: {reason}")
     return RunOutcome(writer.path, status, reasons)
+
+
+def shape_rows(rows: list[Row], schedule: Schedule) -> None:
+    """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null)."""
+    for r, g, s, t, a, k in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
+                                schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist()):
+        r.prefix_group, r.session, r.turn = (None if g < 0 else g), (None if s < 0 else s), (None if t < 0 else t)
+        if a >= 0:
+            r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
 
 
 def make_transport(url: str, headers: dict[str, str]):

@@ -27,7 +27,9 @@ class Row:
     __slots__ = ("idx", "request_id", "worker", "warmup", "planned_prompt_tokens", "max_tokens",
                  *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
                  "prompt_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
-                 "server_decode_ms", "chunk_t_ns", "chunk_tokens")
+                 "server_decode_ms", "chunk_t_ns", "chunk_tokens",
+                 # issue 4: workload shape (None = not set); after/think_ns drive session turns
+                 "prefix_group", "session", "turn", "after", "think_ns")
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -43,6 +45,9 @@ class Row:
         self.server_queue_ms = self.server_prefill_ms = self.server_decode_ms = None
         self.chunk_t_ns = array("q")   # one stamp per token-bearing chunk (absolute monotonic ns)
         self.chunk_tokens = array("l")  # tokens carried by each chunk
+        self.prefix_group = self.session = self.turn = None
+        self.after = None   # idx of the previous turn: this row is sent think_ns after that one is done
+        self.think_ns = 0
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -13,7 +13,13 @@ Contract:
 - after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
   `timeout` (error_kind drain_timeout);
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
-  started become `cancelled`. Every row gets exactly one outcome.
+  started become `cancelled`. Every row gets exactly one outcome;
+- session turns (issue 4): a row with `after` = the idx of an earlier row is skipped by the dispatch
+  loop; when that row finishes ok, this row's intended_ns becomes its done_ns + think_ns, its body is
+  rebuilt by `next_body(i, prev_row, prev_reads) -> (body, planned_prompt_tokens)` (the history), and it
+  is dispatched at that time like any other (same concurrency cap). If the earlier row failed, the rest
+  of the conversation is `dropped` (error_kind session_broken). The dispatch phase (and so the drain
+  timer) ends when every turn has been dispatched or dropped.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 
-from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, TIMEOUT,
+from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
                               Recorder, Row)
 from loadgen.transport import TransportError
 
@@ -31,7 +37,7 @@ class Runner:
     def __init__(self, rows: Sequence[Row], bodies: Sequence[bytes], backend, transport, clock,
                  recorder: Recorder, *, max_concurrency: int = 0,
                  request_timeout_ns: int = 120_000_000_000, drain_timeout_ns: int = 30_000_000_000,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, next_body=None):
         self.rows, self.bodies = rows, bodies
         self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
         self.max_concurrency = max_concurrency
@@ -44,6 +50,7 @@ class Runner:
         self._dispatch_done = False
         self._idle = asyncio.Event()
         self._cut_off_as = (INTERRUPTED, "interrupted")
+        self._sessions_init(next_body)
 
     async def run(self, stop: asyncio.Event) -> str:
         """Returns "complete" or "interrupted"."""
@@ -71,11 +78,14 @@ class Runner:
     async def _dispatch(self) -> None:
         clock, cap = self.clock, self.max_concurrency
         for i, row in enumerate(self.rows):
+            if row.after is not None:
+                continue  # a later session turn: timed by its previous turn (see _release_next)
             await clock.sleep_until(row.intended_ns)
             if cap and len(self.in_flight) >= cap:
                 self.waiting.append((i, clock.now_ns()))
             else:
                 self._start(i, 0)
+        await self._turns_dispatched.wait()
         self._dispatch_done = True
         self._check_idle()
 
@@ -102,6 +112,8 @@ class Runner:
     async def _cut_off(self, in_flight_outcome: str, kind: str, unstarted_outcome: str) -> None:
         self._cut_off_as = (in_flight_outcome, kind)
         self._idle.set()  # no more starts from the waiting queue
+        for timer in list(self._turn_timers):
+            timer.cancel()
         tasks = list(self.in_flight)
         for task in tasks:
             task.cancel()
@@ -155,3 +167,53 @@ class Runner:
             if streamed:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
+            if self._next_turn:
+                self._release_next(row, reads)
+
+    # --- session turns (issue 4) -------------------------------------------------------------------
+    def _sessions_init(self, next_body) -> None:
+        self.next_body = next_body
+        pos = {r.idx: i for i, r in enumerate(self.rows)}
+        self._next_turn = {r.after: i for i, r in enumerate(self.rows) if r.after is not None}
+        self._next_turn = {pos[a]: i for a, i in self._next_turn.items()}  # row position -> next position
+        self._pos = pos
+        self._turns_left = len(self._next_turn)
+        self._turns_dispatched = asyncio.Event()
+        self._turn_timers: set[asyncio.Task] = set()
+        if not self._turns_left:
+            self._turns_dispatched.set()
+
+    def _turn_settled(self) -> None:
+        self._turns_left -= 1
+        if self._turns_left == 0:
+            self._turns_dispatched.set()
+
+    def _release_next(self, row: Row, reads: list[bytes]) -> None:
+        j = self._next_turn.get(self._pos[row.idx])
+        if j is None or self._idle.is_set():
+            return  # no next turn, or the run is being cut off (rows left unstarted get their outcome there)
+        nxt = self.rows[j]
+        if row.outcome != OK:
+            while True:  # the conversation ends here: every later turn is dropped
+                nxt.fail(DROPPED, "session_broken", f"turn {row.turn} of this conversation ended {row.outcome}")
+                self.recorder.finish(nxt)
+                self._turn_settled()
+                k = self._next_turn.get(j)
+                if k is None:
+                    return
+                j, nxt = k, self.rows[k]
+        nxt.intended_ns = row.done_ns + nxt.think_ns
+        if self.next_body is not None:
+            body, nxt.planned_prompt_tokens = self.next_body(j, row, reads)
+            self.bodies[j] = body
+        timer = asyncio.create_task(self._dispatch_turn(j))
+        self._turn_timers.add(timer)
+        timer.add_done_callback(self._turn_timers.discard)
+
+    async def _dispatch_turn(self, j: int) -> None:
+        await self.clock.sleep_until(self.rows[j].intended_ns)
+        if self.max_concurrency and len(self.in_flight) >= self.max_concurrency:
+            self.waiting.append((j, self.clock.now_ns()))
+        else:
+            self._start(j, 0)
+        self._turn_settled()

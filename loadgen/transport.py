@@ -24,7 +24,7 @@ class TransportError(Exception):
 
 
 class _Response:
-    __slots__ = ("status", "_resp")
+    __slots__ = ("_resp", "status")
 
     def __init__(self, resp: aiohttp.ClientResponse):
         self.status, self._resp = resp.status, resp
@@ -57,7 +57,7 @@ class AiohttpTransport:
         self._headers = headers or {}
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "AiohttpTransport":
+    async def __aenter__(self) -> AiohttpTransport:
         if self._session is not None:  # already open (execute.py opens it early to warm it)
             return self
         trace = aiohttp.TraceConfig()

@@ -12,7 +12,7 @@ _RATE_PER_S = {"s": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600}
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 
-def parse_duration_ns(text: str | int | float) -> int:
+def parse_duration_ns(text: str | float) -> int:
     """`500ms` -> 500_000_000. A bare number is rejected: a duration must say its unit."""
     if isinstance(text, bool) or not isinstance(text, str) or re.fullmatch(_NUM, text.strip()):
         raise ValueError(f"duration {text!r} needs a unit, e.g. '500ms' or '2s'")
@@ -22,7 +22,7 @@ def parse_duration_ns(text: str | int | float) -> int:
     return round(float(m.group(1)) * _DURATION_NS[m.group(2)])
 
 
-def parse_rate_per_s(text: str | int | float) -> float:
+def parse_rate_per_s(text: str | float) -> float:
     """`8/s` -> 8.0, `120/m` -> 2.0. A bare positive number is read as per second."""
     if isinstance(text, bool):
         raise ValueError(f"bad rate {text!r}")

@@ -78,6 +78,10 @@ def _rate(times: pl.Series) -> float | None:
     return (t.len() - 1) * 1e9 / (t.max() - t.min())
 
 
+def _status_reason(status: str | None) -> list[str]:
+    return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
+
+
 def summarize(run: Run) -> dict:
     req = latency_columns(measured(run))
     ok = req.filter(pl.col("outcome") == "ok")
@@ -102,8 +106,7 @@ def summarize(run: Run) -> dict:
         "histograms": histograms(run.path),
         "generator": manifest.get("generator"),
         "valid": manifest.get("status") == "complete",
-        "invalid_reasons": list(manifest.get("invalid_reasons", []))
-        + ([f"run status is {manifest.get('status')!r}"] if manifest.get("status") not in ("complete", "invalid") else []),
+        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status")),
     }
 
 

@@ -16,7 +16,7 @@ def to_text(summary: dict) -> str:
         f"run        {summary['run']['path']}  ({summary['run']['status']})",
         f"target     {summary['run']['target']}",
         f"requests   scheduled {r['scheduled']}  ok {r['ok']}  failed {r['failed']}  dropped {r['dropped']}",
-        f"outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
+        "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
         "",

@@ -10,6 +10,7 @@ import orjson
 from aiohttp import web
 
 from loadgen.sim import tokenizer
+from loadgen.sim.clock import stop_ticker
 from loadgen.sim.openai_api import ChatCompletions, Completions
 from loadgen.sim.server import Sim, json_response
 
@@ -31,6 +32,10 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
         return json_response({"object": "list", "data": [
             {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9, "owned_by": "loadgen-sim",
              "root": sim.model, "parent": None, "max_model_len": sim.max_model_len}]})
+
+    async def h_ollama_tags(request):  # Ollama's model list
+        return json_response({"models": [{"name": sim.model, "model": sim.model, "size": 0,
+                                          "details": {"family": "loadgen-sim"}}]})
 
     async def h_metrics(request):
         for k, v in sim.backend.state().items():
@@ -73,6 +78,7 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
     app.router.add_get("/health", h_health)
     app.router.add_get("/v1/models", h_models)
     app.router.add_get("/metrics", h_metrics)
+    app.router.add_get("/api/tags", h_ollama_tags)
     app.router.add_post("/tokenize", h_tokenize)
     app.router.add_post("/detokenize", h_detokenize)
     for method, path, make_handler in extra_routes:
@@ -85,7 +91,7 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
@@ -103,9 +109,11 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
     sim.flush_in_flight()
     if sim.truth is not None:
         sim.truth.close()
+    sim.backend.close()
     engine_task.cancel()
     stop_wait.cancel()
     flusher.cancel()
+    await stop_ticker()
     try:
         await asyncio.wait_for(runner.cleanup(), 2.0)
     except (asyncio.TimeoutError, Exception):
@@ -116,6 +124,10 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) ->
 async def _flush_truth_periodically(sim: Sim) -> None:
     from loadgen.sim.truth import FLUSH_EVERY_S
 
-    while sim.truth is not None:
+    while True:
         await asyncio.sleep(FLUSH_EVERY_S)
-        sim.truth.flush()
+        if sim.truth is not None:
+            sim.truth.flush()
+        log = getattr(sim.backend, "step_log", None)
+        if log is not None:
+            log.flush()

@@ -55,24 +55,37 @@ def _speed(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from loadgen.sim.profiles import shipped_profiles
+
+    epilog = f"shipped profiles: {', '.join(shipped_profiles())}\n" + EPILOG
     p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
-                "llama.cpp surfaces) with ground truth.", epilog=EPILOG,
+                "llama.cpp surfaces) with ground truth.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["fixed", "engine"], default="fixed",
+    p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
-    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION", help="fixed mode TTFT (default 50ms)")
-    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION", help="fixed mode ITL (default 10ms)")
-    p.add_argument("--profile", default="tiny", metavar="NAME|FILE", help="engine profile: a shipped name or a TOML file (default tiny)")
-    p.add_argument("--speed", type=_speed, default=1.0, metavar="X", help="time dilation: real time = profile time / X (default 1)")
+    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION",
+                   help="fixed mode TTFT (default 50ms; divided by --speed)")
+    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION",
+                   help="fixed mode ITL (default 10ms; divided by --speed)")
+    p.add_argument("--profile", default="tiny", metavar="NAME|FILE",
+                   help="engine profile: a shipped name or a TOML file (default tiny)")
+    p.add_argument("--speed", type=_speed, default=1.0, metavar="X",
+                   help="time dilation: real time = profile time / X (default 1)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="0 = a free port (printed on stdout)")
     p.add_argument("--max-num-seqs", type=_positive_int, default=None, metavar="N")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N", help="per-step token budget (chunked prefill)")
-    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N", help="KV pool size in tokens (blocks of 16)")
+    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N",
+                   help="per-step token budget (chunked prefill)")
+    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N",
+                   help="KV pool size in tokens (blocks of 16)")
     p.add_argument("--prefix-caching", action="store_true")
-    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K", help="tokens per streamed chunk (default 1)")
-    p.add_argument("--per-request-metrics", action="store_true", help="vLLM's `metrics` object in the final usage chunk")
+    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K",
+                   help="tokens per streamed chunk (default 1)")
+    p.add_argument("--per-request-metrics", action="store_true",
+                   help="vLLM's `metrics` object in the final usage chunk")
     p.add_argument("--truth", default=None, metavar="FILE", help="ground truth per request (.jsonl or .parquet)")
+    p.add_argument("--step-log", default=None, metavar="FILE",
+                   help="engine mode: one JSON line per engine step (times, tokens, batch, KV blocks)")
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
@@ -91,6 +104,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         sim, extra_routes = _make_sim(args, faults)
+    except OSError as e:
+        print(f"loadgen sim: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     except ValueError as e:
         print(f"loadgen sim: error: {e}", file=sys.stderr)
         return 2
@@ -132,11 +148,17 @@ def _make_sim(args, faults):
                                         kv_capacity_tokens=args.kv_capacity_tokens,
                                         prefix_caching=args.prefix_caching)
         backend = EngineBackend(profile, cfg, args.speed, faults.stalls, t0_ns)
-        model, max_model_len = args.model or profile.model, profile.max_model_len
+        if args.step_log:
+            try:
+                backend.step_log = open(args.step_log, "wb")  # noqa: SIM115 (closed at exit)
+            except OSError as e:
+                raise ValueError(f"--step-log {args.step_log}: {e.strerror}") from None
+        model, max_model_len = args.model or profile.model_name, profile.max_model_len
     sim = Sim(backend=backend, model=model, mode=args.mode, speed=args.speed, faults=faults, truth=truth,
               tokens_per_chunk=args.tokens_per_chunk, per_request_metrics=args.per_request_metrics,
               max_model_len=max_model_len)
     sim.t0_ns = t0_ns
+    backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 
     return sim, native_routes()

@@ -9,17 +9,21 @@ whose selector first waits on the epoll fd with select(2) (microsecond timeout),
 the ready events with a zero-timeout epoll_wait. `sleep_until_ns` wakes SPIN_NS before the due
 time and spins the rest, so its lateness is the spin-loop granularity (a few microseconds) unless
 the process is descheduled. The lateness actually achieved is measured at every emit and
-exported (`loadgen_sim_emit_lateness_seconds`, truth column `lateness_ns`).
+exported (`loadgen_sim_emit_lateness_seconds`, truth column `lateness_ns`). One ticker task per
+loop does the sleeping and spinning for all waiters (see _Ticker).
 """
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import heapq
+import os
 import select
 import selectors
 import time
 
-SPIN_NS = 300_000  # wake this early and spin the rest; bounds CPU cost to ~SPIN_NS per wake-up
+# wake this early and spin the rest; costs up to ~SPIN_NS of CPU per wake-up
+SPIN_NS = int(float(os.environ.get("LOADGEN_SIM_SPIN_US", "300")) * 1000)
 
 
 class PreciseEpollSelector(selectors.EpollSelector):
@@ -43,10 +47,77 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.SelectorEventLoop(PreciseEpollSelector())
 
 
+class _Ticker:
+    # One task serves every sleep_until_ns of a loop: it sleeps (precise select) until SPIN_NS
+    # before the earliest due time, spins to it, releases every waiter whose time has come, then
+    # yields so they run (stamp and write) before it spins for the next. One spinner, not one
+    # per stream: waiters never queue behind each other's spins.
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.heap: list[tuple[int, int, asyncio.Future]] = []
+        self.seq = 0
+        self.wake: asyncio.Future | None = None
+        self.task = loop.create_task(self.run())
+
+    def add(self, due_ns: int) -> asyncio.Future:
+        fut = self.loop.create_future()
+        self.seq += 1
+        heapq.heappush(self.heap, (due_ns, self.seq, fut))
+        if self.heap[0][2] is fut and self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)  # a new earliest deadline: re-plan
+        return fut
+
+    async def run(self) -> None:
+        heap = self.heap
+        while True:
+            while heap and heap[0][2].done():  # cancelled waiters
+                heapq.heappop(heap)
+            if not heap:
+                self.wake = self.loop.create_future()
+                await self.wake
+                continue
+            due = heap[0][0]
+            now = time.monotonic_ns()
+            if due - now > SPIN_NS:
+                self.wake = self.loop.create_future()
+                handle = self.loop.call_at((due - SPIN_NS) / 1e9, _set_once, self.wake)
+                await self.wake
+                handle.cancel()
+                continue
+            while time.monotonic_ns() < due:
+                pass
+            now = time.monotonic_ns()
+            while heap and heap[0][0] <= now:
+                fut = heapq.heappop(heap)[2]
+                if not fut.done():
+                    fut.set_result(None)
+            await asyncio.sleep(0)
+
+
+def _set_once(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+_tickers: dict[asyncio.AbstractEventLoop, _Ticker] = {}
+
+
 async def sleep_until_ns(due_ns: int) -> None:
     """Return at (never before) monotonic time due_ns; an absolute deadline, so no drift."""
-    now = time.monotonic_ns()
-    if due_ns - now > SPIN_NS:
-        await asyncio.sleep((due_ns - SPIN_NS - now) / 1e9)
-    while time.monotonic_ns() < due_ns:
-        pass
+    if time.monotonic_ns() >= due_ns:
+        return
+    loop = asyncio.get_running_loop()
+    ticker = _tickers.get(loop)
+    if ticker is None or ticker.task.done():
+        ticker = _tickers[loop] = _Ticker(loop)
+    await ticker.add(due_ns)
+
+
+async def stop_ticker() -> None:
+    ticker = _tickers.pop(asyncio.get_running_loop(), None)
+    if ticker is not None:
+        ticker.task.cancel()
+        try:
+            await ticker.task
+        except asyncio.CancelledError:
+            pass

@@ -7,8 +7,9 @@ SPEC is a comma-separated list of `kind=value` parts:
   http503=P            fraction P answered 503
   reset_after=K:P      fraction P of requests: the connection is reset (TCP RST) after K tokens
                        were sent (K=0: before any token; non-streaming: before the body)
-  malformed=P          fraction P of streaming requests get one malformed (truncated JSON) data
-                       event before their middle token; the tokens themselves all arrive
+  malformed=P          fraction P of requests: streaming, one malformed (truncated JSON) event
+                       before the middle token (the tokens themselves all arrive);
+                       non-streaming, the JSON body is cut in half
   slow_headers=D:P     fraction P of requests send their response headers D late (e.g. 200ms)
   stall=S@T            the whole engine stops for S starting T after the simulator started
                        (e.g. 2s@10s); may be repeated. Fixed mode: a request's clock stops

@@ -15,17 +15,18 @@ from loadgen.sim.faults import Stall, stall_overlap_ns
 
 
 class Generation:
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int):
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int):
         self.request_id = request_id
         self.arrival_ns = arrival_ns
-        self.prompt_ids = prompt_ids
-        self.prompt_tokens = len(prompt_ids)
+        self.prompt = prompt  # its tokens: words (tokenizer.words), or ids if the client sent ids
+        self.prompt_tokens = len(prompt)
         self.max_tokens = max_tokens
         self.scheduled_ns: int | None = None  # first time the engine scheduled it
         self.preemptions = 0
         self.stall_ns = 0  # see truth.py: time lost to others' prefills, preemption, engine stalls
         self.cached_tokens = 0  # prompt tokens served from the prefix cache
         self.due_ns: list[int] = []  # due send time of each produced token
+        self.stalled = False  # an engine stall (fault) delayed it
 
     async def wait_for(self, n: int) -> None:
         raise NotImplementedError
@@ -35,9 +36,9 @@ class Generation:
 
 
 class FixedGeneration(Generation):
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int, *,
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int, *,
                  ttft_ns: int, itl_ns: int, stalls: list[Stall], sim_t0_ns: int):
-        super().__init__(request_id, arrival_ns, prompt_ids, max_tokens)
+        super().__init__(request_id, arrival_ns, prompt, max_tokens)
         self.scheduled_ns = arrival_ns
         self.ttft_ns, self.itl_ns = ttft_ns, itl_ns
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
@@ -51,6 +52,7 @@ class FixedGeneration(Generation):
                 self.stall_ns = shift - stall_overlap_ns(self.stalls, self.sim_t0_ns, self.arrival_ns,
                                                          self.arrival_ns + self.ttft_ns)
             due += shift
+            self.stalled = self.stalled or shift > 0
         return due
 
     async def wait_for(self, n: int) -> None:
@@ -62,10 +64,11 @@ class FixedGeneration(Generation):
 
 
 class EngineGeneration(Generation):
-    def __init__(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int):
-        super().__init__(request_id, arrival_ns, prompt_ids, max_tokens)
+    def __init__(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int):
+        super().__init__(request_id, arrival_ns, prompt, max_tokens)
         self.finished = False
         self.cancelled = False
+        self.on_cancel = None  # set by the driver: called once if cancelled before finishing
         self._waiter: asyncio.Future | None = None
 
     def produced(self, due_ns: int, n: int = 1) -> None:
@@ -84,6 +87,8 @@ class EngineGeneration(Generation):
             self._waiter = None
 
     def cancel(self) -> None:
+        if not self.cancelled and not self.finished and self.on_cancel is not None:
+            self.on_cancel(self)
         self.cancelled = True
 
 
@@ -93,12 +98,17 @@ class FixedBackend:
         self.ttft_ns, self.itl_ns = round(ttft_ns / speed), round(itl_ns / speed)
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
 
-    def submit(self, request_id: str, arrival_ns: int, prompt_ids: list[int], max_tokens: int) -> Generation:
-        return FixedGeneration(request_id, arrival_ns, prompt_ids, max_tokens, ttft_ns=self.ttft_ns,
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> Generation:
+        return FixedGeneration(request_id, arrival_ns, prompt, max_tokens, ttft_ns=self.ttft_ns,
                                itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
+
+    metrics = None
 
     def state(self) -> dict:
         return {}
 
     async def run(self) -> None:  # nothing to drive
         return None
+
+    def close(self) -> None:
+        pass

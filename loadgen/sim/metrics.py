@@ -20,6 +20,18 @@ LATENESS_BUCKETS_S = [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 
                       1e-2, 2.5e-2, 5e-2, 0.1, 0.5, 1.0]
 
 
+def build_1_2_5_buckets(max_value: int) -> list[int]:
+    # vLLM's buckets for token counts: 1, 2, 5, 10, 20, 50, ... up to max_value
+    out, exp = [], 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10**exp
+            if v > max_value:
+                return out
+            out.append(v)
+        exp += 1
+
+
 class Histogram:
     def __init__(self, name: str, doc: str, buckets: list[float]):
         self.name, self.doc, self.buckets = name, doc, buckets
@@ -45,33 +57,49 @@ class Histogram:
 
 
 class SimMetrics:
-    def __init__(self, model_name: str, speed: float):
+    def __init__(self, model_name: str, speed: float, max_model_len: int = 8192):
         self.labels = f'engine="0",model_name="{model_name}"'
         self.speed = speed
         self.running = 0
         self.waiting = 0
         self.kv_usage = 0.0  # fraction 0..1
         self.counters = {"vllm:num_preemptions": 0, "vllm:prompt_tokens": 0,
-                         "vllm:generation_tokens": 0, "vllm:request_success": 0,
-                         "vllm:prefix_cache_queries": 0, "vllm:prefix_cache_hits": 0}
+                         "vllm:generation_tokens": 0, "vllm:prefix_cache_queries": 0,
+                         "vllm:prefix_cache_hits": 0}
+        self.request_success = 0  # vllm:request_success_total{finished_reason="length"}
         H = Histogram
-        self.ttft = H("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", TTFT_BUCKETS_S)
+        self.ttft = H("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.", TTFT_BUCKETS_S)
         self.itl = H("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", ITL_BUCKETS_S)
-        self.tpot = H("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.", ITL_BUCKETS_S)
-        self.e2e = H("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS_S)
-        self.queue = H("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.inference = H("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.prefill = H("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.decode = H("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS_S)
-        self.iteration_tokens = H("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
-        self.lateness = H("loadgen_sim_emit_lateness_seconds", "Simulator health: token send time minus its due time.", LATENESS_BUCKETS_S)
+        self.tpot = H("vllm:time_per_output_token_seconds",
+                      "Histogram of time per output token in seconds.", ITL_BUCKETS_S)
+        self.e2e = H("vllm:e2e_request_latency_seconds",
+                     "Histogram of e2e request latency in seconds.", REQUEST_LATENCY_BUCKETS_S)
+        self.queue = H("vllm:request_queue_time_seconds",
+                       "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.inference = H("vllm:request_inference_time_seconds",
+                           "Histogram of time spent in RUNNING phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.prefill = H("vllm:request_prefill_time_seconds",
+                         "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.decode = H("vllm:request_decode_time_seconds",
+                        "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS_S)
+        self.iteration_tokens = H("vllm:iteration_tokens_total",
+                                  "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
+        self.prompt_tokens = H("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+                               build_1_2_5_buckets(max_model_len))
+        self.generation_tokens = H("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                                   build_1_2_5_buckets(max_model_len))
+        self.lateness = H("loadgen_sim_emit_lateness_seconds",
+                          "Simulator health: token send time minus its due time.", LATENESS_BUCKETS_S)
 
     def observe_request(self, row: dict) -> None:
         # row: a truth row (see truth.py) of a request that completed with at least one token
         tok = row["token_ns"]
         if row["outcome"] != "ok" or not tok:
             return
-        self.counters["vllm:request_success"] += 1
+        self.request_success += 1
+        self.prompt_tokens.observe(row["prompt_tokens"])
+        self.generation_tokens.observe(len(tok))
         self.ttft.observe((row["first_token_ns"] - row["arrival_ns"]) / 1e9)
         for a, b in zip(tok, tok[1:]):
             self.itl.observe((b - a) / 1e9)
@@ -95,7 +123,10 @@ class SimMetrics:
             out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge", f"{name}{{{L}}} {value}"]
         for name, value in self.counters.items():
             out += [f"# HELP {name} Cumulative count.", f"# TYPE {name} counter", f"{name}_total{{{L}}} {value}"]
+        out += ["# HELP vllm:request_success Count of successfully processed requests.",
+                "# TYPE vllm:request_success counter",
+                f'vllm:request_success_total{{{L},finished_reason="length"}} {self.request_success}']
         for h in (self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.inference, self.prefill,
-                  self.decode, self.iteration_tokens, self.lateness):
+                  self.decode, self.iteration_tokens, self.prompt_tokens, self.generation_tokens, self.lateness):
             h.render(L, out)
         return "\n".join(out) + "\n"

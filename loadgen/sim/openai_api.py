@@ -2,7 +2,7 @@
 
 Accepted body fields: `prompt` (a string, a list of one string, or a list of token ids) or
 `messages`; `max_tokens` (chat also `max_completion_tokens`; default DEFAULT_MAX_TOKENS);
-`stream`; `stream_options.include_usage`; `model` (echoed); anything else (`ignore_eos`,
+`stream`; `stream_options.include_usage` (and `continuous_usage_stats`); `model` (echoed); anything else (`ignore_eos`,
 `min_tokens`, `temperature`, ...) is accepted and ignored: the output is always exactly
 max_tokens tokens, finish_reason "length".
 
@@ -39,8 +39,11 @@ def _common(body: Any) -> tuple[bool, bool, str]:
         raise BadRequest("the request body must be a JSON object")
     stream = bool(body.get("stream", False))
     opts = body.get("stream_options") or {}
-    include_usage = bool(opts.get("include_usage", False)) if isinstance(opts, dict) else False
-    return stream, include_usage, str(body.get("model") or "")
+    if not isinstance(opts, dict):
+        raise BadRequest("'stream_options' must be an object")
+    include_usage = bool(opts.get("include_usage", False))
+    continuous = include_usage and bool(opts.get("continuous_usage_stats", False))
+    return stream, include_usage, continuous, str(body.get("model") or "")
 
 
 def _sse(obj: dict) -> bytes:
@@ -56,7 +59,7 @@ class _OpenAI(Surface):
                 "model": ctx.parsed.model}
 
     def usage(self, ctx: Context, n_out: int) -> dict:
-        p = len(ctx.parsed.prompt_ids)
+        p = len(ctx.parsed.prompt)
         u: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + n_out, "completion_tokens": n_out}
         if ctx.gen is not None and ctx.gen.cached_tokens:
             u["prompt_tokens_details"] = {"cached_tokens": ctx.gen.cached_tokens}
@@ -71,9 +74,11 @@ class _OpenAI(Surface):
             out += _sse(chunk)
         return out + b"data: [DONE]\n\n"
 
-    def _with_usage_null(self, ctx: Context, chunk: dict) -> dict:
+    def _with_usage(self, ctx: Context, chunk: dict, n_out: int) -> dict:
+        # include_usage: `usage: null` on every chunk but the last, or running counts with
+        # stream_options.continuous_usage_stats (as vLLM)
         if ctx.parsed.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = self.usage(ctx, n_out) if ctx.parsed.extra.get("continuous_usage") else None
         return chunk
 
 
@@ -83,17 +88,18 @@ class Completions(_OpenAI):
     id_prefix = "cmpl-"
 
     def parse(self, body, sim) -> Parsed:
-        stream, include_usage, model = _common(body)
+        stream, include_usage, continuous, model = _common(body)
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt)
+            ids = tokenizer.words(prompt)
         elif isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
-        return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage)
+        return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
+                      {"continuous_usage": continuous})
 
     def token_bytes(self, ctx, start, end) -> bytes:
         last = end == ctx.parsed.max_tokens
@@ -101,7 +107,7 @@ class Completions(_OpenAI):
                  "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * (end - start),
                               "logprobs": None, "finish_reason": "length" if last else None,
                               "stop_reason": None}]}
-        return _sse(self._with_usage_null(ctx, chunk))
+        return _sse(self._with_usage(ctx, chunk, end))
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "text_completion"),
@@ -119,26 +125,26 @@ class ChatCompletions(_OpenAI):
     id_prefix = "chatcmpl-"
 
     def parse(self, body, sim) -> Parsed:
-        stream, include_usage, model = _common(body)
+        stream, include_usage, continuous, model = _common(body)
         try:
             text = tokenizer.chat_prompt_text(body.get("messages"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return Parsed(tokenizer.encode(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
-                      stream, model or sim.model, include_usage)
+        return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
+                      stream, model or sim.model, include_usage, {"continuous_usage": continuous})
 
     def first_bytes(self, ctx) -> bytes:
         chunk = {**self._head(ctx, "chat.completion.chunk"),
                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                               "logprobs": None, "finish_reason": None}]}
-        return _sse(self._with_usage_null(ctx, chunk))
+        return _sse(self._with_usage(ctx, chunk, 0))
 
     def token_bytes(self, ctx, start, end) -> bytes:
         last = end == ctx.parsed.max_tokens
         chunk = {**self._head(ctx, "chat.completion.chunk"),
                  "choices": [{"index": 0, "delta": {"content": tokenizer.OUTPUT_TOKEN_TEXT * (end - start)},
                               "logprobs": None, "finish_reason": "length" if last else None}]}
-        return _sse(self._with_usage_null(ctx, chunk))
+        return _sse(self._with_usage(ctx, chunk, end))
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "chat.completion"),

@@ -60,7 +60,7 @@ class SimProcess:
                 self.proc.wait()
         return self.proc.returncode
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         self.start()
         return self
 

@@ -8,7 +8,6 @@ requests and format bytes.
 """
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import time
@@ -20,7 +19,7 @@ import orjson
 from aiohttp import web
 
 from loadgen.sim.clock import sleep_until_ns
-from loadgen.sim.faults import Fault, FaultPlan
+from loadgen.sim.faults import FaultPlan
 from loadgen.sim.generation import Generation
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.truth import TruthWriter, make_row
@@ -32,7 +31,7 @@ class BadRequest(Exception):
 
 @dataclass
 class Parsed:
-    prompt_ids: list[int]
+    prompt: list  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
     max_tokens: int
     stream: bool
     model: str
@@ -94,13 +93,13 @@ class Sim:
     def __init__(self, *, backend, model: str, mode: str, speed: float, faults: FaultPlan,
                  truth: TruthWriter | None, tokens_per_chunk: int, per_request_metrics: bool,
                  max_model_len: int):
-        self.backend = backend  # .submit(request_id, arrival_ns, prompt_ids, max_tokens) -> Generation
+        self.backend = backend  # .submit(request_id, arrival_ns, prompt, max_tokens) -> Generation
         self.model, self.mode, self.speed = model, mode, speed
         self.faults, self.truth = faults, truth
         self.tokens_per_chunk = tokens_per_chunk
         self.per_request_metrics = per_request_metrics
         self.max_model_len = max_model_len
-        self.metrics = SimMetrics(model, speed)
+        self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
 
@@ -124,19 +123,30 @@ class Sim:
             body = orjson.loads(await request.read())
             parsed = surface.parse(body, self)
         except (orjson.JSONDecodeError, BadRequest, ValueError, TypeError) as e:
+            self.record(make_row(request_id=request_id, arrival_ns=arrival_ns, scheduled_ns=None,
+                                 first_token_ns=None, finish_ns=time.monotonic_ns(), preemptions=0, stall_ns=0,
+                                 token_ns=[], lateness_ns=[], speed=self.speed, mode=self.mode,
+                                 endpoint=surface.endpoint, http_status=400, outcome="http_error", fault="",
+                                 prompt_tokens=0))
             return web.json_response(surface.error_body(400, str(e) or "bad request"), status=400, headers=headers)
         ctx = Context(request_id, parsed, int(time.time()))
         fault = self.faults.for_request(request_id)
         label = fault.label() if fault else ""
         row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
-                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt_ids))
+                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt))
         if fault and fault.kind.startswith("http"):
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
                                  http_status=fault.status, outcome="http_error", **row_args))
             return web.json_response(surface.error_body(fault.status, f"injected fault {label}"),
                                      status=fault.status, headers=headers)
-        gen = self.backend.submit(request_id, arrival_ns, parsed.prompt_ids, parsed.max_tokens)
+        try:
+            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt, parsed.max_tokens)
+        except ValueError as e:
+            self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
+                                 preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
+                                 http_status=400, outcome="http_error", **row_args))
+            return web.json_response(surface.error_body(400, str(e)), status=400, headers=headers)
         ctx.gen = gen
         token_ns: list[int] = []
         lateness_ns: list[int] = []
@@ -148,10 +158,12 @@ class Sim:
                             finish_ns=state["finish_ns"], preemptions=gen.preemptions,
                             stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
                             http_status=200, outcome=state["outcome"],
-                            cached_tokens=gen.cached_tokens, **row_args)
+                            cached_tokens=gen.cached_tokens,
+                            **{**row_args, "fault": ";".join(x for x in (label, "stall" if gen.stalled else "") if x)})
 
         key = id(ctx)
         self.in_flight[key] = make
+        state["record_now"] = lambda: self.in_flight.pop(key, None) is not None and self.record(make())
         try:
             if fault and fault.kind == "slow_headers":
                 await sleep_until_ns(arrival_ns + fault.delay_ns)
@@ -160,11 +172,10 @@ class Sim:
             else:
                 resp = await self._whole(request, surface, ctx, fault, headers, token_ns, lateness_ns, state)
             return resp
-        except (ConnectionResetError, asyncio.CancelledError):
-            if state["outcome"] == "interrupted":
-                state["outcome"] = "client_gone"
-                state["finish_ns"] = time.monotonic_ns()
-            raise
+        except ConnectionResetError:  # the client went away; aiohttp ignores a response it cannot send
+            state["outcome"] = "client_gone"
+            state["finish_ns"] = time.monotonic_ns()
+            return web.Response(headers=headers)
         finally:
             gen.cancel()
             if self.in_flight.pop(key, None) is not None:
@@ -189,7 +200,6 @@ class Sim:
                 data = surface.first_bytes(ctx) + data
             if malformed_at is not None and i <= malformed_at < end:
                 data = surface.malformed_bytes() + data
-            last = end == n_max
             await gen.wait_for(end)
             if len(gen.due_ns) < end:  # cancelled underneath us
                 break
@@ -203,6 +213,7 @@ class Sim:
             return self._reset(request, state)
         state["finish_ns"] = token_ns[-1] if token_ns else time.monotonic_ns()
         state["outcome"] = "ok"
+        state["record_now"]()  # before the last bytes go out: a client that saw them finds the row
         await resp.write(surface.final_bytes(ctx, self, token_ns))  # finish/usage events, [DONE]
         await resp.write_eof()
         return resp
@@ -236,7 +247,7 @@ class Sim:
             transport.abort()
         state["finish_ns"] = time.monotonic_ns()
         state["outcome"] = "reset"
-        raise asyncio.CancelledError  # nothing more can be written; aiohttp drops the handler
+        return web.Response()  # never sent: the transport is gone (aiohttp ignores the error)
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -14,6 +14,7 @@ text of n output tokens is "tok " * n, which this tokenizer counts as exactly n 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Any
@@ -33,6 +34,7 @@ def count_tokens(text: str) -> int:
     return sum(1 for _ in _WORD.finditer(text))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def token_id(word: str) -> int:
     h = int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest(), "little")
     return h % VOCAB_SIZE
@@ -59,7 +61,7 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text", ""), str))
+        return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
     raise ValueError("message content must be a string or a list of parts")
 
 

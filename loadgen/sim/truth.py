@@ -22,7 +22,8 @@ identity holds there only to float rounding; check it on the `_ns` columns).
                   engine stalls (faults)
   speed           the --speed factor (profile time = real time * speed)
   fault           the fault injected into this request ("" if none)
-  outcome         ok | http_error | reset | interrupted
+  outcome         ok | http_error (400 refused, or an injected 5xx/429) | reset (injected) |
+                  client_gone | interrupted (the simulator stopped first)
 
 File type by extension: .jsonl (a line per request, flushed at once) or .parquet (rewritten
 atomically every FLUSH_EVERY_S and at exit).

@@ -5,8 +5,7 @@ import numpy as np
 
 from loadgen.backends.openai import OpenAIBackend
 from loadgen.clock import LoopClock
-from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
-                              Recorder, Row)
+from loadgen.recorder import CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT, Recorder, Row
 from loadgen.runner import Runner
 from tests.scripted import Script, ScriptedTransport, completion_stream, run_virtual
 

@@ -1,0 +1,227 @@
+"""Trace readers: a file of real (or realistic) requests -> arrival times and token lengths.
+
+Formats (sniffed from the header / first line when not given):
+    azure     Azure LLM inference trace CSV: TIMESTAMP (datetime with a fraction, e.g.
+              2023-11-16 18:15:46.6805900), ContextTokens, GeneratedTokens
+    mooncake  Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (one id per
+              512-token block of the prompt; rows with equal leading ids share that prefix)
+    burstgpt  BurstGPT CSV: Timestamp (s), Model, Request tokens, Response tokens, Total tokens, Log Type;
+              rows with Response tokens = 0 are failed requests: always skipped, counted as `failed`
+    jsonl     our own: one object per line, intended_ns (int ns), prompt_tokens, max_tokens, optional
+              prefix_group; exactly what `loadgen schedule --out plan.jsonl` writes (so a plan replays)
+
+Bad rows (missing or non-numeric fields, negative lengths or timestamps, a timestamp earlier than the
+one before it) raise TraceError naming the file and line of each (the first 10, then a count); with
+skip_bad_rows they are dropped and counted per reason in Trace.skipped (the manifest records it).
+Lines are 1-based and count the CSV header. CSV readers use Polars' streaming engine over the needed
+columns only, so memory stays near the three int64 output columns; the JSONL readers go line by line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+import polars as pl
+
+FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
+BLOCK_TOKENS = 512  # Mooncake's hash_ids granularity
+_SHOW = 10
+
+
+class TraceError(Exception):
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Trace:
+    source: str
+    format: str
+    timestamps_ns: np.ndarray            # int64, sorted, from the trace's own origin
+    prompt_tokens: np.ndarray            # int64
+    output_tokens: np.ndarray            # int64
+    hash_ids: list[list[int]] | None = None   # mooncake only: prefix blocks per row
+    prefix_group: np.ndarray | None = None    # jsonl only (-1 = none)
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
+
+    def __len__(self) -> int:
+        return len(self.timestamps_ns)
+
+    def summary(self) -> dict:
+        return {"file": self.source, "format": self.format, "rows": len(self), "skipped": dict(self.skipped)}
+
+
+def sniff(path: str | Path) -> str:
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            first = f.readline(65536).decode("utf-8", "replace").strip()
+    except OSError as e:
+        raise TraceError([f"{p}: cannot read: {e.strerror}"]) from None
+    if first.startswith("{"):
+        keys = set()
+        try:
+            keys = set(orjson.loads(first))
+        except orjson.JSONDecodeError:
+            pass
+        if "input_length" in keys:
+            return "mooncake"
+        if "intended_ns" in keys:
+            return "jsonl"
+    cols = {c.strip().strip('"') for c in first.split(",")}
+    if "ContextTokens" in cols:
+        return "azure"
+    if "Request tokens" in cols:
+        return "burstgpt"
+    raise TraceError([(f"{p}:1: cannot tell the trace format from this line; pass --trace-format "
+                       f"({', '.join(FORMATS)})")])
+
+
+def read(path: str | Path, fmt: str = "", *, skip_bad_rows: bool = False) -> Trace:
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError([f"{p}: no such trace file"])
+    fmt = fmt or sniff(p)
+    if fmt == "azure":
+        return _csv(p, fmt, "TIMESTAMP", "ContextTokens", "GeneratedTokens", skip_bad_rows)
+    if fmt == "burstgpt":
+        return _csv(p, fmt, "Timestamp", "Request tokens", "Response tokens", skip_bad_rows)
+    if fmt in ("mooncake", "jsonl"):
+        return _jsonl(p, fmt, skip_bad_rows)
+    raise TraceError([f"{p}: unknown trace format {fmt!r} (one of {', '.join(FORMATS)})"])
+
+
+def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -> Trace:
+    try:
+        lf = pl.scan_csv(p, infer_schema=False)
+        names = lf.collect_schema().names()
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise TraceError([f"{p}: not a readable CSV file: {e}"]) from None
+    missing = [c for c in (t_col, in_col, out_col) if c not in names]
+    if missing:
+        raise TraceError([(f"{p}:1: missing column(s) {', '.join(map(repr, missing))} for the {fmt} format "
+                           f"(found {', '.join(map(repr, names))})")])
+    if fmt == "azure":
+        ts = (pl.col(t_col).str.strip_chars()
+              .str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", strict=False)
+              .fill_null(pl.col(t_col).str.strip_chars()
+                         .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False))
+              .dt.epoch("ns"))
+    else:
+        ts = (pl.col(t_col).str.strip_chars().cast(pl.Float64, strict=False) * 1e9).round().cast(pl.Int64)
+
+    def length(c: str) -> pl.Expr:
+        return pl.col(c).str.strip_chars().cast(pl.Int64, strict=False)
+
+    try:
+        df = (lf.select(ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
+              .collect(engine="streaming"))
+    except pl.exceptions.PolarsError as e:
+        raise TraceError([f"{p}: unreadable CSV: {e}"]) from None
+    # A cheap boolean pass first; line numbers and reasons only for the (usually zero) bad rows.
+    t, pp, o = pl.col("t"), pl.col("p"), pl.col("o")
+    unsorted = t < t.cum_max().shift(1)
+    bad_mask = df.select((t.is_null() | (t < 0) | pp.is_null() | (pp < 0) | o.is_null() | (o < 0)
+                          | unsorted.fill_null(False)).alias("bad"))["bad"]
+    skipped: dict[str, int] = {}
+    n_bad = int(bad_mask.sum())
+    if n_bad:
+        if not skip:
+            reason = (pl.when(t.is_null()).then(pl.lit(f"{t_col} is not a valid timestamp"))
+                      .when(t < 0).then(pl.lit(f"{t_col} is negative"))
+                      .when(pp.is_null() | (pp < 0)).then(pl.lit(f"{in_col} is not an integer >= 0"))
+                      .when(o.is_null() | (o < 0)).then(pl.lit(f"{out_col} is not an integer >= 0"))
+                      .otherwise(pl.lit(f"{t_col} is earlier than the row before (the trace must be sorted)")))
+            bad = (df.with_row_index("line", offset=2).filter(bad_mask).head(_SHOW)
+                   .select("line", reason.alias("why")))
+            lines = bad["line"].to_list() + [0] * (n_bad - bad.height)
+            return_err = _bad_rows(p, lines, bad["why"].to_list() + [""] * (n_bad - bad.height))
+            raise return_err
+        skipped = {"bad_rows": n_bad}
+        df = df.filter(~bad_mask)
+    if fmt == "burstgpt":
+        failed = df.filter(pl.col("o") == 0).height
+        if failed:
+            skipped["failed"] = failed
+            df = df.filter(pl.col("o") != 0)
+    t = df["t"].to_numpy().astype(np.int64)
+    if fmt == "azure" and len(t):
+        t = t - t[0]
+    return Trace(str(p), fmt, t, df["p"].to_numpy().astype(np.int64), df["o"].to_numpy().astype(np.int64),
+                 skipped=skipped)
+
+
+def _bad_rows(p: Path, lines: list[int], reasons: list[str]) -> TraceError:
+    problems = [f"{p}:{ln}: {r}" for ln, r in zip(lines[:_SHOW], reasons[:_SHOW])]
+    if len(lines) > _SHOW:
+        problems.append(f"{p}: ... and {len(lines) - _SHOW} more bad rows")
+    problems.append(f"{p}: {len(lines)} bad row(s); fix them, or pass --skip-bad-rows (trace.skip_bad_rows) "
+                    f"to drop them and count them in the manifest")
+    return TraceError(problems)
+
+
+_JSONL_FIELDS = {"mooncake": ("timestamp", "input_length", "output_length", 1_000_000),
+                 "jsonl": ("intended_ns", "prompt_tokens", "max_tokens", 1)}
+
+
+def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
+    t_key, in_key, out_key, ns_per_unit = _JSONL_FIELDS[fmt]
+    ts, pin, pout, hashes, groups = [], [], [], [], []
+    bad_lines, bad_reasons = [], []
+    last = None
+    with open(p, "rb") as f:
+        for ln, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                bad_lines.append(ln), bad_reasons.append(f"not a JSON object ({e})")
+                continue
+            if not isinstance(obj, dict):
+                bad_lines.append(ln), bad_reasons.append("not a JSON object")
+                continue
+            t, a, b = obj.get(t_key), obj.get(in_key), obj.get(out_key)
+            why = None
+            if not _num(t):
+                why = f"{t_key} is missing or not a number"
+            elif t < 0:
+                why = f"{t_key} is negative"
+            elif not _int(a):
+                why = f"{in_key} is missing or not an integer >= 0"
+            elif not _int(b):
+                why = f"{out_key} is missing or not an integer >= 0"
+            elif last is not None and t * ns_per_unit < last:
+                why = f"{t_key} is earlier than the row before (the trace must be sorted)"
+            elif fmt == "mooncake" and not (isinstance(obj.get("hash_ids", []), list)
+                                             and all(_int(h) for h in obj.get("hash_ids", []))):
+                why = "hash_ids must be a list of integers"
+            if why:
+                bad_lines.append(ln), bad_reasons.append(why)
+                continue
+            last = round(t * ns_per_unit)
+            ts.append(last), pin.append(a), pout.append(b)
+            if fmt == "mooncake":
+                hashes.append(obj.get("hash_ids", []))
+            else:
+                g = obj.get("prefix_group")
+                groups.append(g if _int(g) else -1)
+    skipped = {}
+    if bad_lines:
+        if not skip:
+            raise _bad_rows(p, bad_lines, bad_reasons)
+        skipped["bad_rows"] = len(bad_lines)
+    return Trace(str(p), fmt, np.array(ts, dtype=np.int64), np.array(pin, dtype=np.int64),
+                 np.array(pout, dtype=np.int64), hash_ids=hashes if fmt == "mooncake" else None,
+                 prefix_group=np.array(groups, dtype=np.int64) if fmt == "jsonl" else None, skipped=skipped)
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0

@@ -1,0 +1,136 @@
+"""Request bodies: shared prefixes are identical within a group, Mooncake blocks share text exactly as
+their hash ids say, ShareGPT turns supply the text, and a session's next turn carries the history."""
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen import config
+from loadgen.backends.openai import OpenAIBackend
+from loadgen.bodies import Bodies, reply_text
+from loadgen.datasets import DatasetError, load_sharegpt
+from loadgen.prompts import ApproximateTokenizer, PromptMaker
+from loadgen.recorder import Row
+from loadgen.schedule import NONE, build
+from tests.scripted import sse
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAREGPT = ROOT / "tests" / "data" / "sharegpt_sample.json"
+
+
+def plan(tmp_path, extra: str, api: str = "chat"):
+    p = tmp_path / "w.toml"
+    p.write_text(textwrap.dedent(f"""
+        model = "m"
+        api = "{api}"
+        seed = 3
+        [arrivals]
+        process = "constant"
+        rate = "1/s"
+        [run]
+        requests = 12
+        [prompt]
+        tokens = {{ dist = "uniform", min = 40, max = 60 }}
+        [output]
+        tokens = 5
+        """) + textwrap.dedent(extra))
+    c = config.load(p)
+    s = build(c)
+    convs = load_sharegpt(c.dataset) if c.dataset else None
+    b = Bodies(s, OpenAIBackend(api, "m", {}), PromptMaker(ApproximateTokenizer()), c.seed, convs)
+    return s, b, [orjson.loads(x) if x else None for x in b.build_all()]
+
+
+def test_prefix_groups_share_their_system_prompt_exactly(tmp_path):
+    s, _, bodies = plan(tmp_path, "[prefix]\ntokens = 30\ngroups = 2\nfraction = 0.6\n")
+    systems = {}
+    for g, body, n in zip(s.prefix_group.tolist(), bodies, s.prompt_tokens.tolist()):
+        msgs = body["messages"]
+        if g == NONE:
+            assert [m["role"] for m in msgs] == ["user"]
+        else:
+            assert msgs[0]["role"] == "system" and len(msgs[0]["content"].split()) == 30
+            systems.setdefault(g, set()).add(msgs[0]["content"])
+        assert sum(len(m["content"].split()) for m in msgs) == n  # the prefix counts inside the prompt
+    assert all(len(v) == 1 for v in systems.values()) and len(set().union(*systems.values())) == len(systems)
+
+
+def test_mooncake_blocks_share_text_as_their_hash_ids_say(tmp_path):
+    trace = ROOT / "workloads" / "traces" / "mooncake_synthetic.jsonl"
+    s, _, bodies = plan(tmp_path, f'[trace]\nfile = "{trace}"\nlimit = 40\n', api="completions")
+    words = [b["prompt"].split() for b in bodies]
+    assert [len(w) for w in words] == s.prompt_tokens.tolist()
+    pairs = 0
+    for i in range(len(s)):
+        for j in range(i):
+            a, b = s.blocks[i], s.blocks[j]
+            k = next((n for n, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            shared = min(k * 512, len(words[i]), len(words[j]))
+            if k:  # equal leading ids: equal leading text, exactly that long (up to a cut last block)
+                pairs += 1
+                assert words[i][:shared] == words[j][:shared]
+            else:
+                assert words[i][0] != words[j][0]
+    assert pairs > 0
+
+
+def test_sharegpt_human_turns_are_the_text(tmp_path):
+    p = tmp_path / "d.toml"
+    p.write_text(textwrap.dedent(f"""
+        model = "m"
+        api = "chat"
+        [arrivals]
+        process = "constant"
+        rate = "1/s"
+        [run]
+        requests = 6
+        [prompt]
+        tokens = 10
+        dataset = "{SHAREGPT}"
+        [output]
+        tokens = 5
+        """))
+    c = config.load(p)
+    s = build(c)
+    convs = load_sharegpt(SHAREGPT)
+    assert len(convs) == 3 and convs.skipped == 1  # s3 has no human turn
+    bodies = [orjson.loads(x) for x in Bodies(s, OpenAIBackend("chat", "m", {}), PromptMaker(ApproximateTokenizer()),
+                                              c.seed, convs).build_all()]
+    firsts = {t[0] for t in convs.human_turns}
+    for body, n in zip(bodies, s.prompt_tokens.tolist()):
+        assert body["messages"][0]["content"] in firsts and len(body["messages"][0]["content"].split()) == n
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("{", "not valid JSON"),                                          # broken JSON
+    ('{"a": 1}', "expected a JSON list"),                             # not a list
+    ('[{"id": 1}]', "entry 0: missing a \\\"conversations\\\" list"), # entry without conversations
+    ('[{"conversations": [{"from": "gpt", "value": "x"}]}]', "no conversation has a human turn"),
+])
+def test_bad_sharegpt_files(tmp_path, text, expected):
+    p = tmp_path / "d.json"
+    p.write_text(text)
+    with pytest.raises(DatasetError) as e:
+        load_sharegpt(p)
+    assert any(expected.replace("\\", "") in m for m in e.value.problems), e.value.problems
+
+
+def test_next_turn_carries_user_messages_and_the_actual_replies(tmp_path):
+    s, b, bodies = plan(tmp_path, "[session]\nturns = 3\nthink_ms = 10\n[prefix]\ntokens = 8\nfraction = 1.0\n")
+    assert bodies[1] is None  # built at run time
+    reply = [sse('{"choices":[{"index":0,"delta":{"content":"tok tok "}}]}'),
+             sse('{"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":"length"}]}', "[DONE]")]
+    assert reply_text(reply) == "tok tok tok "
+    prev = Row(0, "r0", 0, int(s.prompt_tokens[0]), 5)
+    prev.output_tokens = 3
+    body, planned = b.next_turn(1, prev, reply)
+    msgs = orjson.loads(body)["messages"]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert msgs[2]["content"] == "tok tok tok " and msgs[1]["content"] == bodies[0]["messages"][1]["content"]
+    assert planned == sum(len(m["content"].split()) for m in msgs) == 8 + s.new_tokens[0] + 3 + s.new_tokens[1]
+    prev2 = Row(1, "r1", 0, planned, 5)
+    prev2.output_tokens = 3
+    body2, planned2 = b.next_turn(2, prev2, reply)
+    msgs2 = orjson.loads(body2)["messages"]
+    assert len(msgs2) == 6 and msgs2[:4] == msgs and planned2 == sum(len(m["content"].split()) for m in msgs2)

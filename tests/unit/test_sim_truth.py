@@ -1,0 +1,44 @@
+"""The sim's truth rows: the ns identity, and both file formats."""
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loadgen.sim.truth import COLUMNS, TruthWriter, make_row, read_truth
+
+REQUIRED = ["request_id", "arrival_ns", "scheduled_ns", "first_token_ns", "finish_ns", "queue_s",
+            "prefill_s", "decode_s", "preemptions", "stall_s", "token_ns"]
+
+
+def row(arrival, q, p, gaps, rid="r"):
+    tokens = [arrival + q + p]
+    for g in gaps:
+        tokens.append(tokens[-1] + g)
+    return make_row(request_id=rid, arrival_ns=arrival, scheduled_ns=arrival + q, first_token_ns=tokens[0],
+                    finish_ns=tokens[-1], preemptions=0, stall_ns=0, token_ns=tokens,
+                    lateness_ns=[0] * len(tokens), speed=0.5, mode="engine", endpoint="completions",
+                    http_status=200, outcome="ok", fault="", prompt_tokens=3)
+
+
+ns = st.integers(min_value=0, max_value=10**12)
+
+
+@given(ns, ns, ns, st.lists(ns, max_size=20))
+def test_arrival_plus_queue_prefill_decode_is_finish_exactly(arrival, q, p, gaps):
+    r = row(arrival, q, p, gaps)
+    assert r["arrival_ns"] + r["queue_ns"] + r["prefill_ns"] + r["decode_ns"] == r["finish_ns"]
+    assert r["queue_s"] == r["queue_ns"] / 1e9 and r["decode_s"] == r["decode_ns"] / 1e9
+
+
+def test_both_formats_round_trip_with_the_contract_columns(tmp_path):
+    assert all(c in COLUMNS for c in REQUIRED)
+    rows = [row(10, 1, 2, [3, 4], "a"), row(20, 0, 5, [], "b")]
+    for name in ("t.jsonl", "t.parquet"):
+        w = TruthWriter(tmp_path / name)
+        for r in rows:
+            w.add(r)
+        w.close()
+        back = read_truth(tmp_path / name)
+        assert [b["request_id"] for b in back] == ["a", "b"]
+        assert back[0]["token_ns"] == [13, 16, 20] and back[0]["speed"] == 0.5
+        assert set(REQUIRED) <= set(back[0])
