@@ -35,7 +35,7 @@ def make_run(path: Path, chunk_rows: int, seed: int = 0) -> int:
     t = first[:, None] + np.cumsum(gaps, axis=1)
     last = t[:, -1]
     null_i64 = pl.Series([None] * n, dtype=pl.Int64)
-    req = pl.DataFrame({
+    cols = {
         "request_id": ids, "idx": np.arange(n), "worker": np.zeros(n, np.int32), "warmup": np.zeros(n, bool),
         "intended_ns": intended, "dispatched_ns": intended + lag, "connected_ns": intended + lag + 1000,
         "sent_ns": intended + lag + 30_000, "response_ns": first - 1000, "first_token_ns": first,
@@ -45,7 +45,10 @@ def make_run(path: Path, chunk_rows: int, seed: int = 0) -> int:
         "prompt_tokens": np.full(n, 128), "max_tokens": np.full(n, 64), "output_tokens": np.full(n, 64),
         "n_chunks": np.full(n, 64), "server_queue_ms": pl.Series([None] * n, dtype=pl.Float64),
         "server_prefill_ms": pl.Series([None] * n, dtype=pl.Float64),
-        "server_decode_ms": pl.Series([None] * n, dtype=pl.Float64)}, schema=REQUEST_SCHEMA)
+        "server_decode_ms": pl.Series([None] * n, dtype=pl.Float64)}
+    for name, dtype in REQUEST_SCHEMA.items():  # columns of other features (sessions, prefixes): null
+        cols.setdefault(name, pl.Series([None] * n, dtype=dtype))
+    req = pl.DataFrame(cols, schema=REQUEST_SCHEMA)
     req.write_parquet(path / "requests.parquet")
     tok = pl.DataFrame({"request_id": ids.gather(np.repeat(np.arange(n), CHUNKS_PER_REQUEST)),
                         "idx": np.tile(np.arange(CHUNKS_PER_REQUEST, dtype=np.int32), n),
