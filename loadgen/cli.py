@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
     run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
     run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
+    run.add_argument("--max-send-lag-p99", help="send-lag p99 above which the run is invalid (default 5ms)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     # --- explain (issue 6) ---
     run.add_argument("--no-calibrate", action="store_true",

@@ -1,19 +1,36 @@
 """The one clock: int64 ns of CLOCK_MONOTONIC (`time.monotonic_ns()`; the simulator stamps with it too).
 
-Clock.sleep_until waits for an ABSOLUTE deadline, so waiting for request i never adds up the errors of
-requests 0..i-1 (a chain of relative sleeps drifts). libuv (uvloop) rounds timers to whole ms, so the
-real clock sleeps on the loop until `spin_ns` before the deadline, then yields to the loop in a tight
-loop (other streams are still served) until the deadline passes.
+Every wait is for an ABSOLUTE deadline, so waiting for request i never adds up the errors of
+requests 0..i-1 (a chain of relative sleeps drifts).
+
+libuv (uvloop) rounds timers to whole ms, so `asyncio.sleep` alone is up to ~1-2 ms late. Measured
+alternatives (tests/bench/dispatch.py, numbers in tests/bench/README.md):
+- SpinClock: sleep on the loop to `spin_ns` before the deadline, then yield to the loop in a tight
+  loop (`asyncio.sleep(0)`) until it passes. Precise, but each request burns up to spin_ns of CPU.
+- TimerfdClock (the default on Linux): one timerfd armed with the earliest absolute CLOCK_MONOTONIC deadline
+  (TFD_TIMER_ABSTIME) and registered with the loop through `add_reader`: the kernel wakes the loop
+  at the deadline (timer slack set to 1 µs), then a short spin (`spin_ns`, default 100 µs) absorbs the
+  wake-up latency. One settime syscall and one read per request instead of ~1 ms of spinning.
 LoopClock reads the event loop's own time: under the tests' virtual-time loop, time only moves when
 every task waits, so schedules are exercised exactly with no real sleeping.
 """
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import heapq
+import os
+import sys
 import time
 
+CLOCK_MONOTONIC = 1
+TFD_NONBLOCK = 0o4000
+TFD_CLOEXEC = 0o2000000
+TFD_TIMER_ABSTIME = 1
+PR_SET_TIMERSLACK = 29
 
-class Clock:
+
+class SpinClock:
     def __init__(self, spin_ns: int = 1_000_000):
         self.spin_ns = spin_ns
         self.now_ns = time.monotonic_ns
@@ -25,6 +42,92 @@ class Clock:
             await asyncio.sleep(delay / 1e9)
         while now() < deadline_ns:
             await asyncio.sleep(0)
+
+    def close(self) -> None:
+        pass
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class TimerfdClock:
+    """One timerfd for all waiters of a run (the dispatch loop and, with sessions, each next-turn timer):
+    a heap of wake-up times; the timerfd is always armed for the earliest one."""
+
+    def __init__(self, spin_ns: int = 100_000):
+        self.spin_ns = spin_ns
+        self.now_ns = time.monotonic_ns
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)  # Linux adds 50 µs of slack to sleeps by default
+        self._settime = libc.timerfd_settime
+        self._fd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create failed")
+        self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)
+        self._heap: list[tuple[int, int, asyncio.Future]] = []   # (wake ns, seq, future)
+        self._seq = 0
+        self._armed_ns = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _arm(self, wake_ns: int) -> None:
+        self._armed_ns = wake_ns
+        self._spec.it_value.tv_sec, self._spec.it_value.tv_nsec = divmod(wake_ns, 1_000_000_000)
+        self._settime(self._fd, TFD_TIMER_ABSTIME, self._spec_ref, None)
+
+    def _fired(self) -> None:
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
+            pass
+        heap, now = self._heap, time.monotonic_ns()
+        while heap and (heap[0][0] <= now or heap[0][2].done()):
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_result(None)
+        if heap:
+            self._arm(heap[0][0])
+        else:
+            self._armed_ns = 0
+
+    async def sleep_until(self, deadline_ns: int) -> None:
+        now = time.monotonic_ns
+        wake_ns = deadline_ns - self.spin_ns
+        if wake_ns - now() > 0:
+            loop = asyncio.get_running_loop()
+            if self._loop is not loop:
+                loop.add_reader(self._fd, self._fired)
+                self._loop = loop
+            fut = loop.create_future()
+            self._seq += 1
+            heapq.heappush(self._heap, (wake_ns, self._seq, fut))
+            if self._heap[0][2] is fut:  # the earliest waiter: (re-)arm for it
+                self._arm(wake_ns)
+            await fut  # a cancelled waiter stays in the heap until it reaches the top (then skipped)
+        while now() < deadline_ns:
+            await asyncio.sleep(0)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def Clock(kind: str = "timerfd"):
+    # The real clock for runs: timerfd where the kernel has it, else the spin clock.
+    if kind == "timerfd" and sys.platform.startswith("linux"):
+        try:
+            return TimerfdClock()
+        except (OSError, AttributeError):
+            pass
+    return SpinClock()
 
 
 class LoopClock:
@@ -39,3 +142,6 @@ class LoopClock:
         delay = deadline_ns - self.now_ns()
         if delay > 0:
             await asyncio.sleep(delay / 1e9)
+
+    def close(self) -> None:
+        pass

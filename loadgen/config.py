@@ -19,6 +19,7 @@ A workload file (see workloads/quickstart.toml):
     max_concurrency = 0            # 0 = unlimited (pure open loop)
     request_timeout = "120s"
     drain_timeout = "30s"          # after the last intended send, in-flight requests get this long
+    max_send_lag_p99 = "5ms"       # above it the run is invalid: the generator fell behind (selfcheck.py)
 
     [prompt]
     tokens = 128                   # or { dist = "uniform", min = 64, max = 512 }
@@ -156,6 +157,7 @@ class RunConfig:
     max_concurrency: int = 0
     request_timeout_ns: int = 120_000_000_000
     drain_timeout_ns: int = 30_000_000_000
+    max_send_lag_p99_ns: int = 5_000_000
     api_key_env: str | None = None
     extra_body: dict = field(default_factory=dict)
     url: str | None = None          # None: start the built-in simulator
@@ -205,7 +207,8 @@ _KEYS = {
     "": {"name", "model", "api", "backend", "seed", "arrivals", "run", "prompt", "output", "request",
          "trace", "mix", "prefix", "session"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
-    "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout"},
+    "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
+            "max_send_lag_p99"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -219,7 +222,7 @@ FLAG_KEYS = {
     "--model": "model", "--api": "api", "--seed": "seed", "--rate": "arrivals.rate",
     "--requests": "run.requests", "--duration": "run.duration", "--max-concurrency": "run.max_concurrency",
     "--prompt-tokens": "prompt.tokens", "--max-tokens": "output.tokens",
-    "--warmup-requests": "run.warmup_requests",
+    "--warmup-requests": "run.warmup_requests", "--max-send-lag-p99": "run.max_send_lag_p99",
     "--backend": "backend",
     "--trace": "trace.file", "--trace-format": "trace.format", "--time-scale": "trace.time_scale",
     "--skip-bad-rows": "trace.skip_bad_rows",
@@ -420,6 +423,7 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         max_concurrency=max_conc,
         request_timeout_ns=duration("run.request_timeout", 120_000_000_000),
         drain_timeout_ns=duration("run.drain_timeout", 30_000_000_000),
+        max_send_lag_p99_ns=duration("run.max_send_lag_p99", 5_000_000),
         api_key_env=api_key_env,
         extra_body=extra_body,
         url=url,

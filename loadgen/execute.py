@@ -1,19 +1,27 @@
 """`loadgen run` as a library call: plan, (start the simulator), dispatch, record, write the folder.
 
 run_workload(config) -> RunOutcome. It never prints data; progress goes to the `progress` stream
-(stderr from the CLI). The generator checks itself: when its own lateness (send lag minus any wait for
-a concurrency slot) has p99 above `max_send_lag_p99_ns`, the run is marked invalid — the numbers would
-describe the client, not the server.
+(stderr from the CLI). The generator checks itself (loadgen/selfcheck.py: send-lag p99, achieved rate,
+arrival shape); a run that did not keep its schedule is marked invalid, since its numbers would describe
+the client, not the server. Event-loop lateness is probed all along and written to the manifest.
+
+While the run goes, a tick every second (aligned to t0) hands the rows finished since the last tick to a
+worker thread, which records them into the interval histograms (`*.hlog`, intervals.py) and, every
+FLUSH_EVERY_TICKS ticks, writes them as a parquet part. The thread runs numpy/polars code that mostly
+releases the GIL; the interpreter's switch interval is lowered for the run so that a busy thread cannot
+hold the dispatcher off for the default 5 ms.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import platform
 import secrets
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,14 +31,16 @@ from typing import TextIO
 import numpy as np
 import uvloop
 
-from loadgen import __version__
+from loadgen import __version__, selfcheck
 from loadgen.backends import make_backend
-from loadgen.clock import Clock
+from loadgen.clock import Clock, TimerfdClock
 from loadgen.config import RunConfig, redact_url
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
+from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
+from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
@@ -42,8 +52,9 @@ from loadgen.transport import AiohttpTransport
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
-FLUSH_EVERY_S = 2.0
-MAX_SEND_LAG_P99_NS = 5_000_000
+FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
+SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
+LOOP_PROBE_NS = 20_000_000      # event-loop lateness probe period
 
 
 @dataclass
@@ -107,7 +118,6 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     clock = Clock()
-    run_id = secrets.token_hex(4)
     headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
     # --- explain (issue 6): probe the idle server before t0 ---
     calibration = None
@@ -117,6 +127,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
     # --- end explain ---
+    transport = make_transport(url, headers)
+    await transport.__aenter__()
+    await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
+    run_id = secrets.token_hex(4)
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
     t0 = mono_now + START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
@@ -141,27 +155,46 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
+    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9)
+    lateness_ns: list[int] = []
+    # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
+    # collector's sight, so a full collection during the run scans only what the run allocates
+    # (otherwise each one blocks the loop for milliseconds).
+    gc.collect()
+    gc.freeze()
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # --- explain (issue 6): sample /metrics during the run (bytes only; parsed afterwards) ---
     scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
-    async with AiohttpTransport(url, headers) as transport:
-        runner = Runner(rows, bodies, backend, transport, clock, recorder,
-                        max_concurrency=config.max_concurrency,
-                        request_timeout_ns=config.request_timeout_ns,
-                        drain_timeout_ns=config.drain_timeout_ns,
-                        next_body=shaper.next_turn if shaper is not None else None)
-        flusher = asyncio.create_task(_flush_loop(writer, recorder, t0))
-        ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
-        try:
-            status = await runner.run(stop)
-        finally:
-            flusher.cancel()
-            ticker.cancel()
-            await asyncio.gather(flusher, ticker, return_exceptions=True)
-            if scrape_task is not None:
-                scrape_task.cancel()
-                await asyncio.gather(scrape_task, return_exceptions=True)
-                await scraper.final_sample()
-    if scraper is not None:
+    # --- end explain ---
+    try:
+        async with transport:
+            runner = Runner(rows, bodies, backend, transport, clock, recorder,
+                            max_concurrency=config.max_concurrency,
+                            request_timeout_ns=config.request_timeout_ns,
+                            drain_timeout_ns=config.drain_timeout_ns,
+                            next_body=shaper.next_turn if shaper is not None else None)
+            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0))
+            probe = asyncio.create_task(_probe_loop(lateness_ns))
+            ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
+            cpu0 = os.times()
+            try:
+                status = await runner.run(stop)
+            finally:
+                for t in (flusher, probe, ticker):
+                    t.cancel()
+                await asyncio.gather(flusher, probe, ticker, return_exceptions=True)
+                clock.close()
+                cpu1 = os.times()
+    finally:
+        sys.setswitchinterval(old_switch)
+        gc.unfreeze()
+    # --- explain (issue 6) ---
+    if scrape_task is not None:
+        scrape_task.cancel()
+        await asyncio.gather(scrape_task, return_exceptions=True)
+        await scraper.final_sample()
         write_parquet(writer.path / "server_metrics.parquet", scraper.frame())
         manifest["scrape"] = scraper.summary()
         if scraper.errors:
@@ -170,11 +203,24 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     manifest["calibration"] = ("calibration.json" if calibration else
                                "off (--no-calibrate): without server timings, queue and prefill cannot be "
                                "separated" if not config.calibrate else "failed")
-    reasons = check_generator(rows) if status == "complete" else []
+    # --- end explain ---
+    rest = recorder.take_finished()
+    hists.record_interval(rest, time.monotonic_ns() - t0)
+    histograms = hists.close()
+    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
+    if status != "complete":
+        reasons = []
     if reasons:
         status = "invalid"
+    generator["loop_lateness_ms"] = _lateness(lateness_ns)
+    # The client's CPU over the run (dispatch, streams, parsing after each stream, histograms, flushes):
+    # the cost per streamed chunk is what limits the rate one process can drive.
+    chunks = sum(r.n_chunks for r in rows)
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
+    generator["out_of_range"] = {m: h["out_of_range"] for m, h in histograms.items()}
     writer.finalize(rows, t0)
-    manifest.update(status=status, invalid_reasons=reasons,
+    manifest.update(status=status, invalid_reasons=reasons, generator=generator,
                     finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
     writer.manifest(manifest)
     _say(progress, _progress_line(runner, recorder, t0, len(rows)) + f"  [{status}]")
@@ -191,7 +237,7 @@ async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, h
     bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
     _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
                    f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})})")
-    async with AiohttpTransport(url, headers) as transport:
+    async with make_transport(url, headers) as transport:
         runner = Runner(rows, bodies, backend, transport, clock, Recorder(rows), max_concurrency=1,
                         request_timeout_ns=config.request_timeout_ns,
                         drain_timeout_ns=config.request_timeout_ns * len(rows))
@@ -215,25 +261,82 @@ def shape_rows(rows: list[Row], schedule: Schedule) -> None:
             r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
 
 
-def check_generator(rows: list[Row]) -> list[str]:
-    lag = np.array([r.dispatched_ns - r.intended_ns - (r.slot_wait_ns or 0)
-                    for r in rows if r.dispatched_ns is not None and not r.warmup], dtype=np.int64)
-    if len(lag) == 0:
-        return []
-    p99 = float(np.percentile(lag, 99))
-    if p99 > MAX_SEND_LAG_P99_NS:
-        return [f"send_lag p99 is {p99 / 1e6:.2f} ms (> {MAX_SEND_LAG_P99_NS / 1e6:g} ms): the generator "
-                f"could not keep the schedule, so latencies describe the client, not the server; lower the "
-                f"rate or split the schedule over more workers"]
-    return []
+def make_transport(url: str, headers: dict[str, str]):
+    # Plain http: the raw protocol transport (stamps in the protocol callback; see rawhttp.py).
+    # https, or LOADGEN_TRANSPORT=aiohttp: aiohttp.
+    if url.startswith("http://") and os.environ.get("LOADGEN_TRANSPORT", "raw") == "raw":
+        return RawHttpTransport(url, headers)
+    return AiohttpTransport(url, headers)
 
 
-async def _flush_loop(writer: RunWriter, recorder: Recorder, t0: int) -> None:
+def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
+    sent = [r for r in rows if r.dispatched_ns is not None]
+    n = len(sent)
+    return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
+                           np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
+                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits())
+
+
+def _lateness(samples_ns: list[int]) -> dict:
+    if not samples_ns:
+        return {"samples": 0}
+    a = np.asarray(samples_ns, dtype=np.int64)
+    p50, p99 = np.percentile(a, [50, 99])
+    return {"samples": int(a.size), "p50": float(p50) / 1e6, "p99": float(p99) / 1e6, "max": float(a.max()) / 1e6,
+            "probe_period_ms": LOOP_PROBE_NS / 1e6}
+
+
+async def _probe_loop(out: list[int]) -> None:
+    # How late the loop runs a timer (kernel wake-up included, ~50-100 µs on a VM): a blocked loop shows here
+    # even between dispatches. Own timerfd, no spin, so it costs one wake-up per period.
+    try:
+        probe = TimerfdClock(spin_ns=0)
+    except (OSError, AttributeError):
+        return
+    try:
+        due = time.monotonic_ns() + LOOP_PROBE_NS
+        while True:
+            await probe.sleep_until(due)
+            out.append(time.monotonic_ns() - due)
+            due += LOOP_PROBE_NS
+    finally:
+        probe.close()
+
+
+async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int) -> None:
+    tick = 0
+    pending: list = []
     while True:
-        await asyncio.sleep(FLUSH_EVERY_S)
+        tick += 1
+        end_ns = tick * INTERVAL_NS
+        delay_ns = t0 + end_ns - time.monotonic_ns()
+        if delay_ns > 0:
+            await asyncio.sleep(delay_ns / 1e9)
+        if end_ns <= hists.next_start_ns:
+            continue
         rows = recorder.take_finished()
-        if rows:
-            await asyncio.to_thread(writer.flush, rows, t0)
+        pending.extend(rows)
+        flush, pending = (pending, []) if tick % FLUSH_EVERY_TICKS == 0 else ([], pending)
+        work = asyncio.get_running_loop().run_in_executor(None, _tick_work, writer, hists, rows, end_ns, flush, t0)
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await work  # the run's end must not write the same files while this thread still does
+            raise
+
+
+def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int, flush: list, t0: int) -> None:
+    # Lowest CPU priority for this thread and for the threads it starts (polars' pool is created on its
+    # first use, here, and inherits it): pinned to one core, their work would otherwise take the core
+    # from the event loop for milliseconds at each flush (measured: send-lag spikes of 5-10 ms at every
+    # 2nd second at 200 req/s); the GIL switch interval only bounds the Python part.
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass
+    hists.record_interval(rows, end_ns)
+    if flush:
+        writer.flush(flush, t0)
 
 
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> str:

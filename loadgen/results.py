@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import polars as pl
 
@@ -62,15 +63,19 @@ def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
 
 
 def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
-    ids, idx, t, n = [], [], [], []
-    for r in rows:
-        k = len(r.chunk_t_ns)
-        if k:
-            ids.extend([r.request_id] * k)
-            idx.extend(range(k))
-            t.extend(x - t0_ns for x in r.chunk_t_ns)
-            n.extend(r.chunk_tokens)
-    return pl.DataFrame({"request_id": ids, "idx": idx, "t_ns": t, "n_tokens": n}, schema=TOKEN_SCHEMA)
+    # Columnar: each row's stamps are an int64 buffer; concatenated with numpy, no Python list per chunk.
+    with_chunks = [r for r in rows if len(r.chunk_t_ns)]
+    if not with_chunks:
+        return pl.DataFrame(schema=TOKEN_SCHEMA)
+    counts = np.fromiter((len(r.chunk_t_ns) for r in with_chunks), np.int64, len(with_chunks))
+    t = np.concatenate([np.frombuffer(r.chunk_t_ns, dtype=np.int64) for r in with_chunks]) - t0_ns
+    n = np.concatenate([np.asarray(r.chunk_tokens, dtype=np.int64) for r in with_chunks]).astype(np.int32)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    idx = (np.arange(t.size, dtype=np.int64) - starts).astype(np.int32)
+    ids = pl.Series("request_id", [r.request_id for r in with_chunks], pl.String)
+    owner = pl.Series("o", np.repeat(np.arange(len(with_chunks), dtype=np.uint32), counts))
+    return pl.DataFrame({"request_id": ids.gather(owner), "idx": idx, "t_ns": t, "n_tokens": n},
+                        schema=TOKEN_SCHEMA)
 
 
 def _atomic_write(path: Path, write) -> None:

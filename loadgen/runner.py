@@ -4,6 +4,9 @@ Contract:
 - rows arrive with `intended_ns` absolute (t0 + the plan's offset) and sorted; `bodies[i]` is row i's body;
 - the dispatch loop waits for each row's absolute deadline and starts the request as a task; it never
   waits for a response, so a slow server cannot slow the schedule;
+- overdue rows (the loop was busy past their deadline) are started at once, in plan order, never
+  skipped or re-spaced: each one's lag is recorded, and selfcheck.py marks the run invalid when the
+  lag or the resulting burst (dispatch-gap CV) departs from the plan;
 - with max_concurrency > 0, a request whose time has come but finds no free slot waits in a FIFO; it
   starts when a slot frees (`slot_wait_ns` records how long) and is `dropped` if the run ends first.
   Without a cap there is no queue anywhere in the client (the transport has no connection limit);
@@ -139,10 +142,18 @@ class Runner:
                         row.fail(HTTP_ERROR, f"http_{resp.status}", detail)
                     else:
                         streamed = True
-                        # The hot path: one clock read and two appends per read; parsing comes later.
-                        async for data in resp.reads():
-                            read_t.append(now())
-                            reads.append(data)
+                        stamped = getattr(resp, "stamped", None)
+                        if stamped is not None:
+                            # rawhttp: the protocol callback already stamped each read (its hot path).
+                            t, data = await stamped()
+                            read_t, reads = t, data
+                            if resp.error is not None:
+                                raise resp.error
+                        else:
+                            # The hot path: one clock read and two appends per read; parsing comes later.
+                            async for data in resp.reads():
+                                read_t.append(now())
+                                reads.append(data)
         except TimeoutError:
             row.fail(TIMEOUT, "request_timeout", f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:

@@ -58,6 +58,8 @@ class AiohttpTransport:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AiohttpTransport:
+        if self._session is not None:  # already open (execute.py opens it early to warm it)
+            return self
         trace = aiohttp.TraceConfig()
         trace.on_connection_create_end.append(_stamp_connected)
         trace.on_connection_reuseconn.append(_stamp_connected)
@@ -71,6 +73,18 @@ class AiohttpTransport:
             auto_decompress=False,
         )
         return self
+
+    async def warm(self, timeout_s: float = 2.0) -> None:
+        """One GET /v1/models before the run: resolves the host, runs aiohttp's first-request code paths
+        (lazy imports, DNS cache) and leaves one kept-alive connection. Failures are ignored: the run's
+        own rows will say what is wrong with the server."""
+        assert self._session is not None
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._session.get(self.base_url + "/v1/models") as resp:
+                    await resp.read()
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            pass
 
     async def __aexit__(self, *exc) -> None:
         if self._session is not None:

@@ -25,6 +25,18 @@ def to_text(summary: dict) -> str:
     for m in METRICS:
         d = summary["latency_ms"][m]
         lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    h = summary.get("histograms")
+    if h:
+        lines += ["", f"{'HDR (*.hlog)':<16}{'count':>10}{'p50':>10}{'p99':>10}{'max':>10}{'out-of-range':>14}"]
+        for m, d in h.items():
+            lines.append(f"{m:<16}{d['count']:>10}" + "".join(f"{_f(d[s]):>10}" for s in ("p50", "p99", "max"))
+                         + f"{d['out_of_range'] if d['out_of_range'] is not None else '-':>14}")
+    g = summary.get("generator")
+    if g and g.get("send_lag_p99_ms") is not None:
+        lat = g.get("loop_lateness_ms") or {}
+        lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
+                      f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
+                      f"loop lateness p99 {_f(lat.get('p99'))} ms"]
     if "decomposition_ms" in summary:  # explain (issue 6)
         from loadgen.report.explain_text import explain_lines
 

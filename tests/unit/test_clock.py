@@ -1,0 +1,38 @@
+"""TimerfdClock with several concurrent waiters (the dispatch loop plus session-turn timers). It only
+checks order and that nobody returns early or hangs; no wall-clock thresholds."""
+import asyncio
+import sys
+import time
+
+import pytest
+
+from loadgen.clock import TimerfdClock
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux-only")
+
+
+def test_concurrent_waiters_all_wake_in_deadline_order_never_early():
+    async def main():
+        clock = TimerfdClock(spin_ns=50_000)
+        t0 = time.monotonic_ns()
+        order, early = [], []
+
+        async def wait(i, d_ns):
+            await clock.sleep_until(t0 + d_ns)
+            if time.monotonic_ns() < t0 + d_ns:
+                early.append(i)
+            order.append(i)
+
+        # registered out of order: a later-registered earlier deadline must re-arm the timer
+        deadlines = {0: 30_000_000, 1: 10_000_000, 2: 20_000_000, 3: 5_000_000, 4: 25_000_000}
+        waiter = asyncio.create_task(wait(9, 40_000_000))
+        cancelled = asyncio.create_task(clock.sleep_until(t0 + 15_000_000))
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        await asyncio.wait_for(asyncio.gather(waiter, *(wait(i, d) for i, d in deadlines.items())), 10)
+        clock.close()
+        return order, early
+
+    order, early = asyncio.run(main())
+    assert early == []
+    assert order == [3, 1, 2, 4, 0, 9]

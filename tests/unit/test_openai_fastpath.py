@@ -1,0 +1,55 @@
+"""The OpenAI backend's fast path (no per-chunk JSON parsing) gives exactly what the full parse gives."""
+from array import array
+
+import pytest
+
+from loadgen.backends.openai import OpenAIBackend
+from loadgen.recorder import Row
+
+
+def cmpl(text, finish=b"null"):
+    return b'data: {"choices":[{"index":0,"text":"' + text + b'","finish_reason":' + finish + b'}]}\n\n'
+
+
+def chat(content=None, role=False, finish=b"null"):
+    delta = b'{"role":"assistant","content":""}' if role else b'{"content":"' + content + b'"}'
+    return b'data: {"choices":[{"index":0,"delta":' + delta + b',"finish_reason":' + finish + b'}]}\n\n'
+
+
+def usage(n):
+    return b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":' + str(n).encode() + b'}}\n\n'
+
+
+DONE = b"data: [DONE]\n\n"
+C4 = [cmpl(b"a"), cmpl(b"b"), cmpl(b"c"), cmpl(b"d", b'"length"'), usage(4) + DONE]
+STREAMS = {
+    "one read per chunk": C4,
+    "coalesced reads": [C4[0] + C4[1], C4[2], C4[3] + C4[4]],
+    "blank line split across reads": [C4[0][:-1], C4[0][-1:] + C4[1], *C4[2:]],
+    "chat with role chunk": [chat(role=True), chat(b"x"), chat(b"y", finish=b'"stop"'), usage(2) + DONE],
+    "multi-token chunks (usage > chunks)": [cmpl(b"aa bb"), cmpl(b"c", b'"length"'), usage(3) + DONE],
+    "malformed chunk": [cmpl(b"a"), b'data: {"choices":[{"te\n\n', cmpl(b"c", b'"length"'), usage(3) + DONE],
+    "error event": [cmpl(b"a"), b'data: {"error":{"message":"boom"}}\n\n', usage(1) + DONE],
+    "no usage": [cmpl(b"a"), cmpl(b"b", b'"length"'), DONE],
+    "incomplete": [cmpl(b"a"), cmpl(b"b")],
+}
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+def test_fast_path_equals_full_parse(name):
+    reads = STREAMS[name]
+    t = array("q", [1000 * (i + 1) for i in range(len(reads))])
+    b = OpenAIBackend("chat" if "chat" in name else "completions", "m", {})
+    fast, full = Row(0, "r", 0, 1, 4), Row(0, "r", 0, 1, 4)
+    b.interpret(fast, t, reads)
+    b._interpret_full(full, t, reads)
+    for f in ("outcome", "error_kind", "output_tokens", "n_chunks", "prompt_tokens", "first_token_ns",
+              "last_token_ns"):
+        assert getattr(fast, f) == getattr(full, f), f
+    assert list(fast.chunk_t_ns) == list(full.chunk_t_ns) and list(fast.chunk_tokens) == list(full.chunk_tokens)
+
+
+def test_fast_path_is_taken_for_the_common_stream():
+    r = Row(0, "r", 0, 1, 4)
+    assert OpenAIBackend("completions", "m", {})._interpret_fast(r, array("q", range(1, 6)), C4)
+    assert list(r.chunk_t_ns) == [1, 2, 3, 4] and r.outcome == "ok"

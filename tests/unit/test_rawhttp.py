@@ -1,0 +1,48 @@
+"""rawhttp's response parsing, done after the stream from the stamped raw reads (no sockets here)."""
+import pytest
+
+from loadgen.rawhttp import parse_response
+from loadgen.transport import TransportError
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
+
+
+EV = [b"data: a\n\n", b"data: bb\n\n", b"data: [DONE]\n\n"]
+
+
+def test_chunked_body_is_split_back_per_read():
+    reads = [HEAD, chunk(EV[0]), chunk(EV[1]) + chunk(EV[2]) + b"0\r\n\r\n"]
+    p = parse_response(reads, closed=False)
+    assert p.status == 200 and p.chunked and p.complete and p.keep_alive
+    assert p.body_reads == [b"", EV[0], EV[1] + EV[2]]
+
+
+def test_head_and_first_chunk_in_one_read_and_a_chunk_split_across_reads():
+    whole = chunk(EV[1])
+    reads = [HEAD + chunk(EV[0]), whole[:5], whole[5:] + b"0\r\n", b"\r\n"]
+    p = parse_response(reads, closed=False)
+    assert p.complete
+    assert p.body_reads[0] == EV[0] and p.body_reads[1] + p.body_reads[2] == EV[1] and p.body_reads[3] == b""
+
+
+def test_a_false_end_mark_inside_data_is_not_the_end():
+    payload = b"data: 0\r\n\r\n"  # the read ends with 0\r\n\r\n but it is data
+    reads = [HEAD, f"{len(payload):x}\r\n".encode() + payload]
+    assert parse_response(reads, closed=False).complete is False
+
+
+def test_content_length_and_head_not_yet_complete():
+    assert parse_response([b"HTTP/1.1 200 OK\r\nContent-Le"], closed=False) is None
+    p = parse_response([b"HTTP/1.1 429 Too Many\r\nContent-Length: 4\r\nConnection: close\r\n\r\nsl", b"ow"],
+                       closed=False)
+    assert p.status == 429 and p.complete and not p.keep_alive and p.body_reads == [b"sl", b"ow"]
+
+
+def test_not_http_is_a_bad_response():
+    with pytest.raises(TransportError) as e:
+        parse_response([b"SSH-2.0-OpenSSH\r\n\r\n"], closed=False)
+    assert e.value.kind == "bad_response"
