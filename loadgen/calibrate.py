@@ -89,10 +89,11 @@ def fit(probes: list[dict]) -> dict:
     }
 
 
-def probe_rows(planned_prompt_tokens, now_ns: int) -> list[Row]:
-    """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths."""
+def probe_rows(planned_prompt_tokens, now_ns: int, tag: str = "") -> list[Row]:
+    """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths. Request ids
+    are `calib-{tag}-{i}`: server logs and the simulator's truth can tell probes from the run."""
     lengths = probe_lengths(planned_prompt_tokens)
     if not lengths:
         return []
     plan = [lengths[0]] + [L for _ in range(REPS) for L in lengths]
-    return [Row(i, f"calib-{i:04d}", now_ns, L, PROBE_OUTPUT_TOKENS) for i, L in enumerate(plan)]
+    return [Row(i, f"calib-{tag}-{i:04d}", now_ns, L, PROBE_OUTPUT_TOKENS) for i, L in enumerate(plan)]

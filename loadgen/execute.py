@@ -232,7 +232,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
                      writer: RunWriter, progress: TextIO | None, stop: asyncio.Event) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
-    rows = probe_rows(schedule.prompt_tokens, clock.now_ns())
+    rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
     bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
     _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
