@@ -42,7 +42,10 @@ def synthetic(chunks: int, per_request: int = 200, overlap: int = 64) -> Run:
         "planned_prompt_tokens": prompt, "prompt_tokens": prompt, "max_tokens": per_request,
         "output_tokens": per_request, "n_chunks": per_request,
         "server_queue_ms": None, "server_prefill_ms": None, "server_decode_ms": None,
-    }, schema_overrides=REQUEST_SCHEMA).select(list(REQUEST_SCHEMA)).cast(REQUEST_SCHEMA)
+    }, schema_overrides=REQUEST_SCHEMA)
+    # columns of other features (workload shape, ...) stay null
+    req = req.with_columns(pl.lit(None, dtype).alias(c) for c, dtype in REQUEST_SCHEMA.items() if c not in req.columns)
+    req = req.select(list(REQUEST_SCHEMA)).cast(REQUEST_SCHEMA)
     return Run(None, {"status": "complete"}, req, tokens)
 
 
