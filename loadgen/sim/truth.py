@@ -25,19 +25,20 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   outcome         ok | http_error (400 refused, or an injected 5xx/429) | reset (injected) |
                   client_gone | interrupted (the simulator stopped first)
 
-File type by extension: .jsonl (a line per request, flushed at once) or .parquet (rewritten
-atomically every FLUSH_EVERY_S and at exit).
+File type by extension: .jsonl (a line per request, flushed at once) or .parquet. A parquet file
+cannot be appended to, and rewriting it while the engine runs would stall the event loop for a time
+that grows with the run (the emit times it records would show it). So a .parquet truth is journaled
+as it goes, a flushed line per request in `<name>.parquet.partial.jsonl`, and written (atomically)
+from the journal at exit, which then removes the journal. read_truth() reads the journal while it
+exists (a live or killed simulator), else the parquet file.
 """
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
-
-FLUSH_EVERY_S = 1.0
 
 COLUMNS = {  # name -> polars dtype name
     "request_id": "str", "arrival_ns": "i64", "scheduled_ns": "i64", "first_token_ns": "i64",
@@ -80,52 +81,59 @@ class TruthWriter:
         if self.kind not in (".jsonl", ".parquet"):
             raise ValueError(f"--truth {path}: the file must end in .jsonl or .parquet")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.rows: list[dict[str, Any]] = []
-        self._dirty = False
-        self._last_flush = time.monotonic()
-        self._fh = open(self.path, "wb") if self.kind == ".jsonl" else None
-        if self.kind == ".parquet":
-            self._write_parquet()
+        self.journal = journal_path(self.path) if self.kind == ".parquet" else self.path
+        self._fh = open(self.journal, "wb")
 
     def add(self, row: dict[str, Any]) -> None:
-        if self._fh is not None:
-            self._fh.write(orjson.dumps(row) + b"\n")
-            self._fh.flush()
-            return
-        self.rows.append(row)
-        self._dirty = True
-        if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
-            self.flush()
+        self._fh.write(orjson.dumps(row) + b"\n")
+        self._fh.flush()
 
     def flush(self) -> None:
         if self._fh is not None:
             self._fh.flush()
-        elif self._dirty:
-            self._write_parquet()
 
     def close(self) -> None:
-        self.flush()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._fh is None:
+            return
+        self._fh.close()
+        self._fh = None
+        if self.kind == ".parquet":
+            _write_parquet(self.path, _read_jsonl(self.journal))
+            self.journal.unlink()
 
-    def _write_parquet(self) -> None:
-        import polars as pl
 
-        types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64)}
-        schema = {k: types[v] for k, v in COLUMNS.items()}
-        df = pl.DataFrame(self.rows, schema=schema, orient="row") if self.rows else pl.DataFrame(schema=schema)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        df.write_parquet(tmp)
-        os.replace(tmp, self.path)
-        self._dirty = False
-        self._last_flush = time.monotonic()
+def journal_path(parquet_path: Path) -> Path:
+    return parquet_path.with_name(parquet_path.name + ".partial.jsonl")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    # A simulator killed mid-write leaves at most one cut last line: it is skipped.
+    rows = []
+    for line in path.read_bytes().splitlines():
+        try:
+            rows.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue
+    return rows
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
+    import polars as pl
+
+    types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64)}
+    schema = {k: types[v] for k, v in COLUMNS.items()}
+    df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    tmp = path.with_name(path.name + ".tmp")
+    df.write_parquet(tmp)
+    os.replace(tmp, path)
 
 
 def read_truth(path: str | os.PathLike) -> list[dict[str, Any]]:
     p = Path(path)
     if p.suffix.lower() == ".jsonl":
-        return [orjson.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
+        return _read_jsonl(p)
+    if journal_path(p).exists():
+        return _read_jsonl(journal_path(p))
     import polars as pl
 
     return pl.read_parquet(p).to_dicts()

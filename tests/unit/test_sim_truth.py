@@ -4,7 +4,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadgen.sim.truth import COLUMNS, TruthWriter, make_row, read_truth
+from loadgen.sim.truth import COLUMNS, TruthWriter, journal_path, make_row, read_truth
 
 REQUIRED = ["request_id", "arrival_ns", "scheduled_ns", "first_token_ns", "finish_ns", "queue_s",
             "prefill_s", "decode_s", "preemptions", "stall_s", "token_ns"]
@@ -42,3 +42,19 @@ def test_both_formats_round_trip_with_the_contract_columns(tmp_path):
         assert [b["request_id"] for b in back] == ["a", "b"]
         assert back[0]["token_ns"] == [13, 16, 20] and back[0]["speed"] == 0.5
         assert set(REQUIRED) <= set(back[0])
+
+
+def test_parquet_truth_is_journaled_while_running_and_written_at_close(tmp_path):
+    # Rewriting a parquet file on every request would stall the simulator's loop: rows are journaled
+    # (readable at once, and after a kill), and the parquet file appears at close.
+    path = tmp_path / "t.parquet"
+    w = TruthWriter(path)
+    w.add(row(10, 1, 2, [3], "a"))
+    assert not path.exists() and [r["request_id"] for r in read_truth(path)] == ["a"]
+    with open(journal_path(path), "ab") as f:  # a line cut by a kill is skipped
+        f.write(b'{"request_id": "cu')
+    assert [r["request_id"] for r in read_truth(path)] == ["a"]
+    w.add(row(20, 1, 2, [3], "b"))
+    w.close()
+    assert path.exists() and not journal_path(path).exists()
+    assert [r["request_id"] for r in read_truth(path)] == ["a", "b"]
