@@ -6,15 +6,15 @@ Stream contract (tools/server/README.md of llama.cpp):
   predicted_ms}; `tokens_predicted` (or timings.predicted_n) is the output token count.
 Server timings written to the row (ms): server_prefill_ms = timings.prompt_ms,
 server_decode_ms = timings.predicted_ms; llama.cpp reports no queue time (server_queue_ms stays null,
-analysis/decompose.py derives it). Tokens per chunk follow the rule of backends/openai.py.
+analysis/decompose.py derives it). Tokens per chunk follow the rule of backends/stream.py.
 """
 from __future__ import annotations
 
 import orjson
 
-from loadgen.backends.openai import _num, spread_tokens
 from loadgen.backends.sse import SSEParser
-from loadgen.recorder import OK, STREAM_ERROR, Row
+from loadgen.backends.stream import Stream, as_float, as_int
+from loadgen.recorder import Row
 
 
 class LlamaCppBackend:
@@ -30,57 +30,28 @@ class LlamaCppBackend:
 
     def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
         parser = SSEParser()
-        chunk_t: list[int] = []
-        lengths: list[int] = []
-        state = {"final": None, "error": None, "malformed": None}
+        stream = Stream()
+        final: dict = {}
         for t, data in zip(read_t_ns, reads):
             for ev in parser.feed(data):
-                self._event(ev.data, t, chunk_t, lengths, state)
+                final = self._event(ev.data, t, stream) or final
         if read_t_ns:
             for ev in parser.close():
-                self._event(ev.data, read_t_ns[-1], chunk_t, lengths, state)
-        final = state["final"] or {}
+                final = self._event(ev.data, read_t_ns[-1], stream) or final
         timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
-        count = final.get("tokens_predicted", timings.get("predicted_n"))
-        count = int(count) if isinstance(count, int) and not isinstance(count, bool) else None
-        prompt_n = final.get("tokens_evaluated", timings.get("prompt_n"))
-        row.prompt_tokens = prompt_n if isinstance(prompt_n, int) else None
-        row.chunk_t_ns.extend(chunk_t)
-        row.chunk_tokens.extend(spread_tokens(lengths, count))
-        row.n_chunks = len(chunk_t)
-        row.output_tokens = count if count is not None else len(chunk_t)
-        if chunk_t:
-            row.first_token_ns, row.last_token_ns = chunk_t[0], chunk_t[-1]
-        row.server_prefill_ms = _num(timings.get("prompt_ms"))
-        row.server_decode_ms = _num(timings.get("predicted_ms"))
-        if state["error"] is not None:
-            row.fail(STREAM_ERROR, "error_event", state["error"])
-        elif state["malformed"] is not None:
-            row.fail(STREAM_ERROR, "malformed_chunk", state["malformed"])
-        elif not final.get("stop"):
-            row.fail(STREAM_ERROR, "incomplete_stream", "stream closed before the stop: true event")
-        elif row.outcome is None:
-            row.outcome = OK
+        count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
+        prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))
+        stream.fill(row, count, prompt_n, bool(final.get("stop")), "the stop: true event")
+        row.server_prefill_ms = as_float(timings.get("prompt_ms"))
+        row.server_decode_ms = as_float(timings.get("predicted_ms"))
 
     @staticmethod
-    def _event(data: bytes, t: int, chunk_t: list, lengths: list, state: dict) -> None:
+    def _event(data: bytes, t: int, stream: Stream) -> dict | None:
+        """The final (stop: true) object, else None."""
         if data == b"[DONE]":
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            state["malformed"] = state["malformed"] or f"chunk is not JSON: {data[:120]!r}"
-            return
-        if not isinstance(obj, dict):
-            state["malformed"] = state["malformed"] or f"chunk is not a JSON object: {data[:120]!r}"
-            return
-        if "error" in obj:
-            err = obj["error"]
-            state["error"] = (err.get("message") if isinstance(err, dict) else None) or str(err)
-            return
-        text = obj.get("content")
-        if text:
-            chunk_t.append(t)
-            lengths.append(len(text))
-        if obj.get("stop"):
-            state["final"] = obj
+            return None
+        obj = stream.decode(data)
+        if obj is None:
+            return None
+        stream.token(t, obj.get("content"))
+        return obj if obj.get("stop") else None

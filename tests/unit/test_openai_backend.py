@@ -2,7 +2,8 @@ from array import array
 
 import pytest
 
-from loadgen.backends.openai import OpenAIBackend, spread_tokens
+from loadgen.backends.openai import OpenAIBackend
+from loadgen.backends.stream import spread_tokens
 from loadgen.recorder import OK, STREAM_ERROR, Row
 from tests.scripted import sse
 
