@@ -33,6 +33,7 @@ import polars as pl
 
 BASELINE_Q = 0.1
 ATTRIBUTION_REACH = 1.25
+JOIN_BATCH_GAPS = 200_000
 
 
 @dataclass(frozen=True)
@@ -81,19 +82,31 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     eps = rule.eps_ns
     span = pl.col("attr_span_ms") if "attr_span_ms" in d.columns else pl.col("prefill_ms")
     span_ns = pl.max_horizontal(span.fill_null(0.0) * 1e6, pl.lit(2.0 * eps))
-    intervals = d.select(
-        pl.col("request_id").alias("cause"),
+    # The join runs on integer keys and in batches of elevated gaps: under heavy load nearly every gap
+    # holds several prefills, and string-keyed hits of a whole 10 M-chunk run would need GBs.
+    ids = d.select("request_id").unique().with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
+    intervals = d.join(ids, on="request_id").select(
+        pl.col("key").alias("cause"),
         pl.col("first_token_ns").alias("q_end"),
         (pl.col("first_token_ns") - span_ns).round().cast(pl.Int64).alias("q_start"),
     )
-    elevated = elevated.with_columns(lo_ns=pl.col("prev_ns") + eps, hi_ns=pl.col("t_ns") - eps)
-    hits = elevated.join_where(
-        intervals,
-        pl.col("q_end") > pl.col("lo_ns"),
-        pl.col("q_start") < pl.col("hi_ns"),
-        pl.col("cause") != pl.col("request_id"),
-    )
-    stall = (hits.group_by("request_id", "t_ns").agg(pl.col("excess_ns").first().alias("s"))
-             .group_by("request_id").agg((pl.col("s").sum() / 1e6).alias("stall_ms")))
-    causes = hits.group_by("request_id").agg(pl.col("cause").unique().sort().alias("stall_causes"))
-    return stall.join(causes, on="request_id")
+    elevated = elevated.join(ids, on="request_id").drop("rid").rename({"key": "rid"})
+    elevated = elevated.select("rid", "t_ns", "excess_ns", lo_ns=pl.col("prev_ns") + eps, hi_ns=pl.col("t_ns") - eps)
+    per_gap = []
+    for batch in elevated.iter_slices(JOIN_BATCH_GAPS):
+        hits = batch.join_where(
+            intervals,
+            pl.col("q_end") > pl.col("lo_ns"),
+            pl.col("q_start") < pl.col("hi_ns"),
+            pl.col("cause") != pl.col("rid"),
+        )
+        per_gap.append(hits.group_by("rid", "t_ns").agg(pl.col("excess_ns").first(), pl.col("cause").unique()))
+    per_request = pl.concat(per_gap).group_by("rid").agg(
+        (pl.col("excess_ns").sum() / 1e6).alias("stall_ms"),
+        pl.col("cause").list.explode(keep_nulls=False, empty_as_null=False).unique().alias("cause"))
+    names = ids.select(pl.col("key").alias("cause"), pl.col("request_id").alias("cause_id"))
+    causes = (per_request.select("rid", "cause").explode("cause").join(names, on="cause")
+              .group_by("rid").agg(pl.col("cause_id").sort().alias("stall_causes")))
+    return (per_request.join(causes, on="rid").join(ids.rename({"key": "rid"}), on="rid")
+            .select("request_id", "stall_ms", "stall_causes"))
+
