@@ -132,16 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
-    except ConfigError as e:
+    except (ConfigError, TraceError, DatasetError) as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2
-    except (TraceError, DatasetError) as e:
-        print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
-        return 2
-    except TokenizerError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ResultsError as e:
+    except (TokenizerError, ResultsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

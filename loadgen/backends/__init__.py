@@ -9,6 +9,13 @@ from __future__ import annotations
 BACKENDS = ("openai", "ollama", "llamacpp")
 
 
+def prompt_payload(api: str, model: str, prompt: str) -> dict:
+    # The request's text, as OpenAI and Ollama both shape it: one user message for chat, else `prompt`.
+    if api == "chat":
+        return {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    return {"model": model, "prompt": prompt}
+
+
 def make_backend(name: str, api: str, model: str, extra_body: dict):
     if name == "ollama":
         from loadgen.backends.ollama import OllamaBackend

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import orjson
 
+from loadgen.backends import prompt_payload
 from loadgen.backends.stream import Stream, as_int
 from loadgen.recorder import Row
 
@@ -29,10 +30,7 @@ class OllamaBackend:
         self.path = PATHS[api]
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
-        if self.api == "chat":
-            payload = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
-        else:
-            payload = {"model": self.model, "prompt": prompt}
+        payload = prompt_payload(self.api, self.model, prompt)
         options = {"num_predict": max_tokens, **self.extra_body.get("options", {})}
         payload.update(stream=True, **{k: v for k, v in self.extra_body.items() if k != "options"})
         payload["options"] = options

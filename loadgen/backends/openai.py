@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from loadgen.backends import prompt_payload
 from loadgen.backends.sse import SSEParser
 from loadgen.backends.stream import Stream, as_float
 from loadgen.recorder import OK, Row
@@ -32,10 +33,7 @@ class OpenAIBackend:
         self.path = PATHS[api]
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
-        if self.api == "chat":
-            payload = {"model": self.model, "messages": [{"role": "user", "content": prompt}]}
-        else:
-            payload = {"model": self.model, "prompt": prompt}
+        payload = prompt_payload(self.api, self.model, prompt)
         payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
         payload.update(self.extra_body)
         return orjson.dumps(payload)
