@@ -4,12 +4,13 @@ A continuous-batching engine that admits a prompt runs its prefill in the same s
 decodes, so every running stream sees one long gap ending about when the newcomer's first token goes out
 (with chunked prefill: several smaller gaps while its chunks run). Rule, per request r:
 - gaps: consecutive chunk groups of r (chunks stamped at the same t_ns form one group, as in
-  summary.itl_ms); `gap_ns` = t - prev; `baseline_ns` = the BASELINE_Q quantile of r's gaps: its
-  decode-only step time (under chunked prefill most steps carry some prefill work, so the median
-  would hide the very stalls it should reveal);
-- a late read is not a stall: when the client itself was busy, the gap is long and the next one short
-  (the tokens were emitted on time and arrive bunched). So the gap's excess is
-  `excess = gap - baseline - max(0, baseline - next gap)`, and a gap is elevated when
+  summary.itl_ms); `gap_ns` = t - prev, over `k` tokens; `baseline_ns` = the BASELINE_Q quantile of
+  r's per-token gaps (gap / k): its decode-only step time (under chunked prefill most steps carry some
+  prefill work, so the median would hide the very stalls it should reveal); a gap of k tokens is
+  expected to last k * baseline (as in the ITL rule: tokens read together shared the wait);
+- a late read is not a stall: when the client itself was busy, the gap is long and the next one short,
+  or its tokens arrive bunched in one read (they were emitted on time). So the gap's excess is
+  `excess = gap - k * baseline - max(0, k_next * baseline - next gap)`, and a gap is elevated when
   excess > baseline * rel + abs_ns;
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
   [first_token_q - max(span_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
@@ -72,10 +73,13 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     if d.height == 0 or tokens.height == 0:
         return empty
     g = (gaps(tokens.filter(pl.col("request_id").is_in(d["request_id"].implode()))).lazy()
-         .with_columns(baseline_ns=pl.col("gap_ns").quantile(BASELINE_Q, interpolation="lower").over("rid"),
-                       next_ns=pl.col("gap_ns").shift(-1).over("rid"))
-         .with_columns(excess_ns=pl.col("gap_ns") - pl.col("baseline_ns")
-                       - (pl.col("baseline_ns") - pl.col("next_ns")).clip(lower_bound=0).fill_null(0)))
+         .with_columns(baseline_ns=(pl.col("gap_ns") / pl.col("k"))
+                       .quantile(BASELINE_Q, interpolation="lower").over("rid"),
+                       next_ns=pl.col("gap_ns").shift(-1).over("rid"),
+                       next_k=pl.col("k").shift(-1).over("rid"))
+         .with_columns(excess_ns=pl.col("gap_ns") - pl.col("k") * pl.col("baseline_ns")
+                       - (pl.col("next_k") * pl.col("baseline_ns") - pl.col("next_ns"))
+                       .clip(lower_bound=0).fill_null(0)))
     elevated = g.filter(pl.col("excess_ns") > pl.col("baseline_ns") * rule.rel + rule.abs_ns).collect()
     if elevated.height == 0:
         return empty

@@ -50,6 +50,14 @@ def test_a_late_read_followed_by_a_catch_up_is_not_a_stall():
     assert stalls_of(late, [("q", 58.0, None)]) == {}
 
 
+def test_tokens_bunched_in_one_late_read_are_not_a_stall():
+    # the client was late: tokens 6, 7 and 8 (due at 60, 70, 80) all arrive in one read at 85. The gap
+    # 50 -> 85 carries 3 tokens, so 30 ms of its 35 were expected, and the next (85 -> 90) is short.
+    late = stream(0, 30, 10)
+    late[6] = late[7] = late[8] = 85.0
+    assert stalls_of(late, [("q", 58.0, None)]) == {}
+
+
 def test_jitter_below_the_threshold_is_not_a_stall():
     # 1.5 ms of extra gap (client read jitter) while q's first token is inside it: below
     # baseline * 1.5 + 2 ms, so no stall.
