@@ -11,7 +11,18 @@ from pathlib import Path
 
 import orjson
 
-EXAMPLES = """\
+from loadgen import __version__
+from loadgen.options import add_options, values
+
+EXIT_CODES = """\
+exit codes:
+  0    ok
+  2    bad usage or input (every problem is listed, naming the file and key or the flag)
+  3    run invalid: the generator could not keep its schedule (reasons in manifest.json and the report)
+  130  interrupted (SIGINT/SIGTERM): the results folder is still complete and readable
+"""
+
+EXAMPLES = EXIT_CODES + """
 examples:
   loadgen run workloads/quickstart.toml                       # against the built-in simulator
   loadgen run workloads/quickstart.toml --url http://127.0.0.1:8000 --rate 8/s --duration 60s
@@ -30,46 +41,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _workload_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
-    p.add_argument("--model")
-    p.add_argument("--api", help="completions | chat")
-    p.add_argument("--backend", help="server API family: openai | ollama | llamacpp (default openai)")
-    p.add_argument("--rate", help="arrival rate, e.g. 8/s")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--requests", help="number of requests")
-    g.add_argument("--duration", help="schedule length, e.g. 60s")
-    p.add_argument("--prompt-tokens", help="N or MIN..MAX (uniform)")
-    p.add_argument("--max-tokens", help="output tokens: N or MIN..MAX (uniform)")
-    p.add_argument("--warmup-requests", help="first N requests are left out of statistics")
-    p.add_argument("--seed")
-    p.add_argument("--trace", help="replay this trace file (replaces the workload's arrivals and lengths)")
-    p.add_argument("--trace-format", help="azure | mooncake | burstgpt | jsonl (sniffed when omitted)")
-    p.add_argument("--time-scale", help="trace replay speed: offsets x this (2 = half speed)")
-    p.add_argument("--skip-bad-rows", action="store_true", default=None,
-                   help="drop bad trace rows and count them in the manifest instead of failing")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="loadgen", description="Open-loop load generator for LLM inference servers.",
                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="offer a workload to a server and record every request",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _workload_flags(run)
-    run.add_argument("--url", help="server base URL; without it the built-in simulator is started")
-    run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
-    run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
-    run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
-    run.add_argument("--max-send-lag-p99", help="send-lag p99 above which the run is invalid (default 5ms)")
+    run.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    add_options(run, "run")
     run.add_argument("--quiet", action="store_true", help="no progress line")
-    # --- explain (issue 6) ---
-    run.add_argument("--no-calibrate", action="store_true",
-                     help="skip the idle-server probes; without server timings the report then cannot "
-                          "split TTFT into queue and prefill")
-    run.add_argument("--scrape-metrics", action="store_true", help="sample the server's /metrics during the run")
-    run.add_argument("--scrape-interval", default="500ms", help="scrape period (default 500ms)")
-    # --- end explain ---
     rep = sub.add_parser("report", help="summarize a results folder",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("run_dir")
@@ -83,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     # --- end explain ---
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _workload_flags(sch)
+    sch.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    add_options(sch, "schedule")
     sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     return parser
@@ -92,24 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace):
     from loadgen import config
 
-    overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
-    cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
-                      out=getattr(args, "out", None) if args.command == "run" else None,
-                      sim_args=tuple(getattr(args, "sim_args", "").split()))
-    # --- explain (issue 6): run options that are not part of a workload ---
-    if getattr(args, "scrape_metrics", None) is not None:
-        from loadgen.units import parse_duration_ns
-
-        try:
-            interval_ns = parse_duration_ns(args.scrape_interval)
-        except ValueError as e:
-            raise config.ConfigError([f"--scrape-interval: {e}"]) from None
-        if interval_ns <= 0:
-            raise config.ConfigError([f"--scrape-interval: must be > 0, got {args.scrape_interval!r}"])
-        cfg = config.with_overrides(cfg, calibrate=not args.no_calibrate, scrape_metrics=args.scrape_metrics,
-                                    scrape_interval_ns=interval_ns)
-    # --- end explain ---
-    return cfg
+    return config.load(args.workload, values(args))
 
 
 def main(argv: list[str] | None = None) -> int:

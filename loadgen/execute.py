@@ -207,7 +207,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     rest = recorder.take_finished()
     hists.record_interval(rest, time.monotonic_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
+    reasons, generator = check_generator(rows, selfcheck.limits_of(config))
     if status != "complete":
         reasons = []
     if reasons:
