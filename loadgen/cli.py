@@ -84,11 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
-    from loadgen.config import ConfigError
-    from loadgen.results import ResultsError
-    from loadgen.datasets import DatasetError
-    from loadgen.prompts import TokenizerError
-    from loadgen.traces import TraceError
+    from loadgen.errors import InputError, LoadgenError
 
     try:
         if args.command == "run":
@@ -97,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
-    except (ConfigError, TraceError, DatasetError) as e:  # each carries every problem found
+    except InputError as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2
-    except (TokenizerError, ResultsError) as e:
+    except LoadgenError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -111,14 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from loadgen.execute import run_workload
-    from loadgen.sim.process import SimStartError
 
-    cfg = _config(args)
-    try:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr)
-    except SimStartError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    outcome = run_workload(_config(args), progress=None if args.quiet else sys.stderr)
     print(outcome.path)
     return outcome.exit_code
 
@@ -132,7 +122,6 @@ def _report(args: argparse.Namespace) -> int:
     summary = summarize(run)
     # --- explain (issue 6): decomposition, diagnosis, roofline; decomposition.parquet ---
     from loadgen.analysis.explain import ExplainOptions, explain
-    from loadgen.analysis.roofline import RooflineError
     from loadgen.results import write_parquet
     from loadgen.units import parse_duration_ns
 
@@ -146,7 +135,7 @@ def _report(args: argparse.Namespace) -> int:
             raise ValueError(f"--window: {e}") from None
         opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
         section, decomposition = explain(run, opts)
-    except (RooflineError, ValueError) as e:
+    except ValueError as e:  # RooflineError is one
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary.update(section)

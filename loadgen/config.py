@@ -81,6 +81,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.errors import ConfigError  # noqa: F401  (raised here; importable from here too)
 from loadgen import lengths as lengths_mod
 from loadgen.arrivals import PROCESSES
 from loadgen.backends import BACKENDS
@@ -92,14 +93,6 @@ APIS = ("completions", "chat")
 LENGTH_DISTS = lengths_mod.DISTS
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 TOKENIZERS = ("auto", "server", "approximate", "local")
-
-
-class ConfigError(Exception):
-    """Invalid workload or flags; .problems lists every one, each a full sentence naming its source."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)

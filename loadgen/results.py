@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from loadgen.errors import ResultsError  # noqa: F401  (raised here; importable from here too)
 from loadgen.recorder import TIME_FIELDS, Row
 
 SCHEMA_VERSION = 1
@@ -35,10 +36,6 @@ REQUEST_SCHEMA = {
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # issue 4; null = not applicable
 }
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
-
-
-class ResultsError(Exception):
-    pass
 
 
 @dataclass

@@ -21,11 +21,13 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from loadgen.errors import LoadgenError
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8_e4m3fn": 1,
                "float8": 1, "int8": 1}
 
 
-class RooflineError(ValueError):
+class RooflineError(LoadgenError, ValueError):
     pass
 
 
