@@ -63,24 +63,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
     run.add_argument("--max-send-lag-p99", help="send-lag p99 above which the run is invalid (default 5ms)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
-    # --- explain (issue 6) ---
     run.add_argument("--no-calibrate", action="store_true",
                      help="skip the idle-server probes; without server timings the report then cannot "
                           "split TTFT into queue and prefill")
     run.add_argument("--scrape-metrics", action="store_true", help="sample the server's /metrics during the run")
     run.add_argument("--scrape-interval", default="500ms", help="scrape period (default 500ms)")
-    # --- end explain ---
     rep = sub.add_parser("report", help="summarize a results folder",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=("text", "json"), default="text")
     rep.add_argument("--out", help="write the report to this file instead of stdout")
-    # --- explain (issue 6) ---
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
     rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
     rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
-    # --- end explain ---
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _workload_flags(sch)
@@ -96,7 +92,7 @@ def _config(args: argparse.Namespace):
     cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
                       out=getattr(args, "out", None) if args.command == "run" else None,
                       sim_args=tuple(getattr(args, "sim_args", "").split()))
-    # --- explain (issue 6): run options that are not part of a workload ---
+    # run options that are not part of a workload
     if getattr(args, "scrape_metrics", None) is not None:
         from loadgen.units import parse_duration_ns
 
@@ -108,7 +104,6 @@ def _config(args: argparse.Namespace):
             raise config.ConfigError([f"--scrape-interval: must be > 0, got {args.scrape_interval!r}"])
         cfg = config.with_overrides(cfg, calibrate=not args.no_calibrate, scrape_metrics=args.scrape_metrics,
                                     scrape_interval_ns=interval_ns)
-    # --- end explain ---
     return cfg
 
 
@@ -165,7 +160,7 @@ def _report(args: argparse.Namespace) -> int:
 
     run = read_run(args.run_dir)
     summary = summarize(run)
-    # --- explain (issue 6): decomposition, diagnosis, roofline; decomposition.parquet ---
+    # decomposition, diagnosis, roofline; decomposition.parquet
     from loadgen.analysis.explain import ExplainOptions, explain
     from loadgen.analysis.roofline import RooflineError
     from loadgen.results import write_parquet
@@ -186,7 +181,6 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     summary.update(section)
     write_parquet(Path(args.run_dir) / "decomposition.parquet", decomposition)
-    # --- end explain ---
     write_json(Path(args.run_dir) / "summary.json", summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.out:

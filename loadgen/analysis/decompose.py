@@ -1,7 +1,7 @@
 """Where each request's time went: the one place that defines every component of the decomposition.
 
 Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally calibration.json
-(analysis/calibrate.py). Only ok, non-warm-up rows are decomposed. Every component is in ms.
+(loadgen/calibrate.py). Only ok, non-warm-up rows are decomposed. Every component is in ms.
 
     e2e        = last_token - intended                       (what the user waited, from the plan)
     send_lag   = dispatched - intended                       (the generator's own lateness)
@@ -22,7 +22,7 @@ Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
     calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
-                    on the idle server before the run (L = prompt tokens, calibrate.py), and the
+                    on the idle server before the run (L = prompt tokens, loadgen/calibrate.py), and the
                     engine's step boundaries seen in every stream's stamps (steps.py): the prefill
                     started at the step boundary from which the steps' excess over a decode-only
                     step covers 0.75 x its idle compute (at least one step; several when chunked),
