@@ -56,12 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=("text", "json"), default="text")
     rep.add_argument("--out", help="write the report to this file instead of stdout")
-    # --- explain (issue 6) ---
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
     rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
     rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
-    # --- end explain ---
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sch.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
@@ -120,7 +118,7 @@ def _report(args: argparse.Namespace) -> int:
 
     run = read_run(args.run_dir)
     summary = summarize(run)
-    # --- explain (issue 6): decomposition, diagnosis, roofline; decomposition.parquet ---
+    # decomposition, diagnosis, roofline; decomposition.parquet
     from loadgen.analysis.explain import ExplainOptions, explain
     from loadgen.results import write_parquet
     from loadgen.units import parse_duration_ns
@@ -140,7 +138,6 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     summary.update(section)
     write_parquet(Path(args.run_dir) / "decomposition.parquet", decomposition)
-    # --- end explain ---
     write_json(Path(args.run_dir) / "summary.json", summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.out:

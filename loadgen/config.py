@@ -33,7 +33,7 @@ A workload file (see workloads/quickstart.toml):
     api_key_env = "OPENAI_API_KEY" # the key is read from this variable, never written anywhere
     extra_body = { ignore_eos = true }
 
-Production-shaped workloads (issue 4) add:
+Production-shaped workloads add:
 
     [arrivals]
     process = "ramp"               # also: stages, trace (implied by a [trace] table)
@@ -163,13 +163,12 @@ class RunConfig:
     out: str | None = None
     sim_args: tuple[str, ...] = ()  # flags for the built-in simulator when url is None
     source: str = ""                # the workload file, for messages and the manifest
-    # --- explain (issue 6): backend family, idle-server calibration, /metrics scraping ---
+    # backend family, idle-server calibration, /metrics scraping
     backend: str = "openai"         # openai | ollama | llamacpp
-    calibrate: bool = True          # probe the idle server before the run (analysis/calibrate.py)
+    calibrate: bool = True          # probe the idle server before the run (calibrate.py)
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
-    # --- end explain ---
-    # --- issue 4: production-shaped workloads (all optional) ---
+    # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
     prefix: PrefixSpec | None = None

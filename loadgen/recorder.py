@@ -28,7 +28,7 @@ class Row:
                  *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
                  "prompt_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
-                 # issue 4: workload shape (None = not set); after/think_ns drive session turns
+                 # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns")
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,

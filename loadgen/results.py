@@ -33,7 +33,7 @@ REQUEST_SCHEMA = {
     "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
     "output_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
-    "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # issue 4; null = not applicable
+    "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
 }
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 

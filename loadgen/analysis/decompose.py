@@ -24,7 +24,7 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
     calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
-                    on the idle server before the run (L = prompt tokens, calibrate.py), and the
+                    on the idle server before the run (L = prompt tokens, loadgen/calibrate.py), and the
                     engine's step boundaries seen in every stream's stamps (steps.py): the prefill
                     started at the step boundary from which the steps' excess over a decode-only
                     step covers 0.75 x its idle compute (at least one step; several when chunked),

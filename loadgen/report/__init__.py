@@ -41,7 +41,7 @@ def to_text(summary: dict) -> str:
         lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
                       f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
-    if "decomposition_ms" in summary:  # explain (issue 6)
+    if "decomposition_ms" in summary:  # written by analysis/explain.py
         from loadgen.report.explain_text import explain_lines
 
         lines += explain_lines(summary)

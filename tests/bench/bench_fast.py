@@ -1,4 +1,4 @@
-"""loadgen against a server of exactly known timing, next to a bare reference client (issue 5).
+"""loadgen against a server of exactly known timing, next to a bare reference client.
 
     python -m tests.bench.bench_fast    prints a table, writes tests/bench/results.json (~4.5 min);
                                         `make bench` runs it with every other tests/bench/bench_*.py
