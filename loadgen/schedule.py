@@ -257,14 +257,6 @@ def _warmup(config: RunConfig, n: int) -> np.ndarray:
     return warmup
 
 
-def sample_lengths(spec: Lengths, n: int, seed: np.random.SeedSequence) -> np.ndarray:
-    return lengths.sample(spec, n, seed)
-
-
-def text_seed(config: RunConfig) -> np.random.SeedSequence:
-    return sub_seed(config.seed, _TEXT_STREAM)
-
-
 def plan_records(s: Schedule) -> list[dict]:
     """The rows `loadgen schedule` prints (intended_ns null for turns timed by the previous reply)."""
     out = []
