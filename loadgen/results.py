@@ -4,6 +4,7 @@
                        t0 as monotonic ns and wall-clock time, host, status and reasons
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
+    calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
     _parts/            flushed as the run goes; merged into the two files above at the end (a run
                        killed with SIGKILL leaves its parts, which read_run() still reads)
 
@@ -44,6 +45,26 @@ class Run:
     manifest: dict
     requests: pl.DataFrame
     tokens: pl.DataFrame
+
+    def calibration(self) -> dict | None:
+        """calibration.json (the idle-server fit, calibrate.py), None when the run has none."""
+        p = self.path / "calibration.json" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return orjson.loads(p.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise ResultsError(f"{p}: not valid JSON: {e}") from None
+
+    def server_metrics(self) -> pl.DataFrame | None:
+        """server_metrics.parquet (the scraped /metrics, scrape.py), None when the run has none."""
+        p = self.path / "server_metrics.parquet" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return pl.read_parquet(p)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
 def _rel(v: int | None, t0: int) -> int | None:
