@@ -18,15 +18,16 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart)"
 
-# pytest exits 5 when it collects nothing: make treats any non-zero exit as failure.
+# Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
+# non-zero exit as failure.
 test: install
+	$(BIN)/ruff check loadgen tests
 	$(BIN)/python -m pytest
 
 bench: install
 	$(BIN)/python -m tests.bench
 
 lint: install
-	$(BIN)/python -m pip install -q ruff
 	$(BIN)/ruff check loadgen tests
 
 clean:

@@ -45,7 +45,8 @@ class Bodies:
 
     def _block(self, h: int, n: int) -> str:
         if (h, n) not in self._blocks:
-            self._blocks[(h, n)] = self.maker.text(n, self._rng(2, h))  # same walk: a cut block is a prefix of the full one
+            # same walk: a cut block is a prefix of the full one
+            self._blocks[(h, n)] = self.maker.text(n, self._rng(2, h))
         return self._blocks[(h, n)]
 
     def build_all(self) -> list[bytes]:

@@ -378,7 +378,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         burstiness = 1.0
     requests = integer("run.requests", None, 1)
     duration_ns = duration("run.duration", None)
-    if get("run.requests") is not None and get("run.duration") is not None or get("run.requests") is None and get("run.duration") is None and process not in ("trace", "stages"):
+    bounds = (get("run.requests") is not None) + (get("run.duration") is not None)
+    if bounds == 2 or bounds == 0 and process not in ("trace", "stages"):
         bad("run", "give exactly one of requests or duration")
     warmup = integer("run.warmup_requests", 0, 0) or 0
     if requests is not None and warmup >= requests:

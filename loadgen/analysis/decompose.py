@@ -172,7 +172,8 @@ def by_prompt_tokens(d: pl.DataFrame, bins: int = 4) -> list[dict]:
     t = (labelled.group_by("bin").agg(
         pl.len().alias("n"), pl.col("prompt_tokens").min().alias("prompt_tokens_min"),
         pl.col("prompt_tokens").max().alias("prompt_tokens_max"),
-        metrics.quantile_expr("ttft_ms", 0.5).alias("ttft_p50"), metrics.quantile_expr("tpot_ms", 0.5).alias("tpot_p50"),
+        metrics.quantile_expr("ttft_ms", 0.5).alias("ttft_p50"),
+        metrics.quantile_expr("tpot_ms", 0.5).alias("tpot_p50"),
         pl.col("queue_ms").mean().alias("queue_mean"), pl.col("prefill_ms").mean().alias("prefill_mean"))
         .sort("prompt_tokens_min").drop("bin"))
     return t.to_dicts()
