@@ -107,7 +107,7 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
                            .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
                            .otherwise(pl.col("prefill_ms")))
-    stalls = attribute_stalls(run.tokens, d, rule or StallRule())
+    stalls = attribute_stalls(run.tokens, d, rule or StallRule.for_run(run.manifest))
     d = d.join(stalls, on="request_id", how="left").with_columns(
         pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),
         decode_stalls_ms=pl.min_horizontal(
