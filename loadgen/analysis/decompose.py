@@ -12,7 +12,8 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
     prefill    time from the start of prefill to the first token
     decode     last token - first token
       decode_ideal       idle-server ITL x (output_tokens - 1): what decoding alone would have cost
-      decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py)
+      decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py), at most
+                         decode - decode_ideal less the client's measured read lateness
       decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower)
     other      e2e - send_lag - slot_wait - connect - queue - prefill - decode: network, HTTP, tokenization,
                the server's own overhead (explicit residual, may be slightly negative from rounding)
@@ -107,12 +108,16 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
                            .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
                            .otherwise(pl.col("prefill_ms")))
-    stalls = attribute_stalls(run.tokens, d, rule or StallRule.for_run(run.manifest))
+    rule = rule or StallRule.for_run(run.manifest)
+    stalls = attribute_stalls(run.tokens, d, rule)
+    # Stalls are at most the decode time beyond the ideal, less what the client's own read lateness can
+    # add to a stream's last stamp (rule.client_lateness_ns; ~0 on a quiet host).
     d = d.join(stalls, on="request_id", how="left").with_columns(
         pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),
         decode_stalls_ms=pl.min_horizontal(
             pl.col("stall_ms").fill_null(0.0),
-            (pl.col("decode_ms") - pl.col("decode_ideal_ms")).clip(lower_bound=0)),
+            (pl.col("decode_ms") - pl.col("decode_ideal_ms") - rule.client_lateness_ns / NS_PER_MS)
+            .clip(lower_bound=0)),
     ).with_columns(
         decode_contention_ms=pl.col("decode_ms") - pl.col("decode_ideal_ms") - pl.col("decode_stalls_ms"),
         other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("slot_wait_ms") - pl.col("connect_ms")
