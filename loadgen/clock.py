@@ -22,6 +22,7 @@ import heapq
 import os
 import sys
 import time
+from typing import Protocol
 
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = 0o4000
@@ -120,7 +121,18 @@ class TimerfdClock:
             self._fd = -1
 
 
-def Clock(kind: str = "timerfd"):
+class Clock(Protocol):
+    """What the runner, the transports and execute.py take: now in int64 ns, and waits for absolute
+    deadlines. TimerfdClock and SpinClock are real; LoopClock follows the (virtual-time) event loop."""
+
+    def now_ns(self) -> int: ...
+
+    async def sleep_until(self, deadline_ns: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_clock(kind: str = "timerfd") -> Clock:
     # The real clock for runs: timerfd where the kernel has it, else the spin clock.
     if kind == "timerfd" and sys.platform.startswith("linux"):
         try:

@@ -33,7 +33,7 @@ import uvloop
 
 from loadgen import __version__, metrics, selfcheck
 from loadgen.backends import make_backend
-from loadgen.clock import Clock, TimerfdClock
+from loadgen.clock import Clock, TimerfdClock, make_clock
 from loadgen.config import RunConfig, redact_url
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
@@ -117,7 +117,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    clock = Clock()
+    clock = make_clock()
     headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
     # Probe the idle server before t0.
     calibration = None
