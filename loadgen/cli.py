@@ -114,13 +114,12 @@ def _run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from loadgen.analysis.summary import summarize
     from loadgen.report import to_json, to_text
-    from loadgen.results import read_run, write_json
+    from loadgen.results import read_run
 
     run = read_run(args.run_dir)
     summary = summarize(run)
     # decomposition, diagnosis, roofline; decomposition.parquet
     from loadgen.analysis.explain import ExplainOptions, explain
-    from loadgen.results import write_parquet
     from loadgen.units import parse_duration_ns
 
     if bool(args.device or args.bandwidth) != bool(args.model_config):
@@ -137,8 +136,8 @@ def _report(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary.update(section)
-    write_parquet(Path(args.run_dir) / "decomposition.parquet", decomposition)
-    write_json(Path(args.run_dir) / "summary.json", summary)
+    run.write_decomposition(decomposition)
+    run.write_summary(summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.out:
         Path(args.out).write_text(text)

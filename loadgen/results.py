@@ -16,6 +16,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -39,12 +40,63 @@ REQUEST_SCHEMA = {
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
+class Manifest(TypedDict, total=False):
+    """manifest.json (docs/results.md lists every key and its content). Written before the first request
+    with status `running`, rewritten at the end."""
+    schema_version: int
+    tool: str
+    version: str
+    run_id: str
+    status: str                    # running | complete | invalid | interrupted
+    invalid_reasons: list[str]
+    config: dict                   # config.RunConfig.to_manifest(): no secrets
+    seed: int
+    target: dict                   # url (redacted), backend, api, builtin_sim
+    t0: dict                       # monotonic_ns, unix_ns, iso
+    host: dict
+    schedule: dict
+    workload: dict
+    calibration: str               # "calibration.json" or why there is none
+    scrape: dict
+    generator: dict                # the self-check (selfcheck.py)
+    finished: dict
+
+
+class Summary(TypedDict, total=False):
+    """summary.json, written by `loadgen report` (analysis/summary.py, analysis/explain.py); docs/results.md
+    lists every key. All latencies in ms."""
+    run: dict
+    requests: dict
+    outcomes: dict[str, int]
+    rate: dict
+    throughput: dict
+    latency_ms: dict[str, dict[str, float | None]]
+    percentiles: str
+    histograms: dict | None
+    generator: dict | None
+    valid: bool
+    invalid_reasons: list[str]
+    decomposition_ms: dict
+    decomposition_windows: list[dict]
+    by_prompt_tokens: list[dict]
+    server_histograms_ms: dict | None
+    calibration: dict | str
+    roofline: dict | None
+    diagnosis: list[dict]
+
+
 @dataclass
 class Run:
     path: Path
-    manifest: dict
+    manifest: Manifest
     requests: pl.DataFrame
     tokens: pl.DataFrame
+
+    def write_summary(self, summary: Summary) -> None:
+        write_json(self.path / "summary.json", summary)
+
+    def write_decomposition(self, decomposition: pl.DataFrame) -> None:
+        write_parquet(self.path / "decomposition.parquet", decomposition)
 
     def calibration(self) -> dict | None:
         """calibration.json (the idle-server fit, calibrate.py), None when the run has none."""
@@ -128,7 +180,7 @@ class RunWriter:
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         (p / PARTS).mkdir(parents=True, exist_ok=True)
 
-    def manifest(self, manifest: dict) -> None:
+    def manifest(self, manifest: Manifest) -> None:
         write_json(self.path / "manifest.json", manifest)
 
     def flush(self, rows: list[Row], t0_ns: int) -> None:

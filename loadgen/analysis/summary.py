@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from loadgen import hdr, metrics
-from loadgen.results import Run
+from loadgen.results import Run, Summary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
@@ -55,7 +55,7 @@ def _status_reason(status: str | None) -> list[str]:
     return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
 
 
-def summarize(run: Run) -> dict:
+def summarize(run: Run) -> Summary:
     req = metrics.latency_columns(measured(run), unit_ns=1)
     ok = req.filter(pl.col("outcome") == "ok")
     outcomes = dict(req.group_by("outcome").len().iter_rows())
