@@ -15,6 +15,7 @@ Same contract as transport.AiohttpTransport: post() yields a response with `stat
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from array import array
 from contextlib import asynccontextmanager
@@ -27,9 +28,10 @@ _END_CHUNKED = b"0\r\n\r\n"
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost")
+    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "now_ns")
 
-    def __init__(self):
+    def __init__(self, now_ns=time.monotonic_ns):
+        self.now_ns = now_ns
         self.transport = None
         self.t: array = array("q")
         self.data: list[bytes] = []
@@ -44,7 +46,7 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes):
         # The hot path: one clock read, two appends; the end-of-body check is one endswith per read
         # (a false end is caught by the full parse, which then keeps waiting).
-        self.t.append(time.monotonic_ns())
+        self.t.append(self.now_ns())
         self.data.append(data)
         d = self.done
         if d is not None and (self.wake_any or data.endswith(_END_CHUNKED)) and not d.done():
@@ -206,7 +208,13 @@ class _Response:
 
 
 class RawHttpTransport:
-    def __init__(self, base_url: str, headers: dict[str, str] | None = None):
+    """now_ns: the clock every stamp is read from (the run's clock); connect(protocol_factory, host, port)
+    opens a connection (default: the loop's create_connection; tests script the network instead)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, *, now_ns=time.monotonic_ns,
+                 connect=None):
+        self.now_ns = now_ns
+        self._connect = connect
         u = urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         if u.scheme != "http":
             raise ValueError("RawHttpTransport speaks plain http:// only")
@@ -248,18 +256,20 @@ class RawHttpTransport:
                 break
         if conn is None:
             try:
-                _, conn = await asyncio.get_running_loop().create_connection(_Conn, self.host, self.port)
+                factory = functools.partial(_Conn, self.now_ns)
+                connect = self._connect or asyncio.get_running_loop().create_connection
+                _, conn = await connect(factory, self.host, self.port)
             except OSError as e:
                 raise TransportError("connect_failed", f"{type(e).__name__}: {e}") from None
             self._all.add(conn)
         if row is not None:
-            row.connected_ns = time.monotonic_ns()
+            row.connected_ns = self.now_ns()
         conn.t, conn.data, conn.wake_any = array("q"), [], True
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         conn.transport.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{extra}"
                              f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
         if row is not None:
-            row.sent_ns = time.monotonic_ns()
+            row.sent_ns = self.now_ns()
         reusable = False
         try:
             parsed = None
@@ -271,7 +281,7 @@ class RawHttpTransport:
                     await conn.done
                 parsed = parse_response(conn.data, conn.closed)
             if row is not None:
-                row.response_ns = conn.t[0] if len(conn.t) else time.monotonic_ns()
+                row.response_ns = conn.t[0] if len(conn.t) else self.now_ns()
             resp = _Response(conn, parsed)
             yield resp
             if resp.error is None:

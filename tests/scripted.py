@@ -103,3 +103,49 @@ def completion_stream(n_tokens: int, ttft_s: float, itl_s: float, *, usage: bool
         tail += sse(f'{{"choices":[],"usage":{{"prompt_tokens":8,"completion_tokens":{n_tokens}}}}}')
     steps.append((0.0, tail + sse("[DONE]")))
     return Script(steps)
+
+
+class ScriptedNetwork:
+    """A socket-free network for rawhttp.RawHttpTransport (pass `connect=net.connect`): every request
+    written to a connection is answered by `answer(request_bytes)`, a list of (delay_s, bytes) deliveries
+    relative to the write, where bytes None closes the connection. Delays run on the (virtual-time)
+    loop, so each read lands at an exact, known time."""
+
+    def __init__(self, answer: Callable[[bytes], list[tuple[float, bytes | None]]]):
+        self.answer = answer
+        self.requests: list[bytes] = []
+        self.connections = 0
+
+    async def connect(self, factory, host, port):
+        protocol = factory()
+        transport = _ScriptedSocket(self, protocol)
+        self.connections += 1
+        protocol.connection_made(transport)
+        return transport, protocol
+
+
+class _ScriptedSocket(asyncio.Transport):
+    def __init__(self, net: ScriptedNetwork, protocol: asyncio.Protocol):
+        super().__init__()
+        self.net, self.protocol, self.closed = net, protocol, False
+
+    def write(self, data: bytes) -> None:
+        self.net.requests.append(bytes(data))
+        loop = asyncio.get_running_loop()
+        for delay_s, payload in self.net.answer(bytes(data)):
+            if payload is None:
+                loop.call_later(delay_s, self.close)
+            else:
+                loop.call_later(delay_s, self._deliver, payload)
+
+    def _deliver(self, payload: bytes) -> None:
+        if not self.closed:
+            self.protocol.data_received(payload)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+
+    def is_closing(self) -> bool:
+        return self.closed

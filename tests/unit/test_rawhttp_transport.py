@@ -1,0 +1,73 @@
+"""The raw HTTP transport end to end on a scripted network (no sockets) and a virtual clock: each read is
+stamped when it lands, the body is split back per read, connections are reused or not as HTTP says, and
+a body cut short keeps what arrived."""
+import asyncio
+
+import pytest
+
+from loadgen.rawhttp import RawHttpTransport
+from loadgen.recorder import Row
+from tests.scripted import ScriptedNetwork, run_virtual
+
+HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
+
+
+EV = [b"data: a\n\n", b"data: bb\n\n", b"data: [DONE]\n\n"]
+
+
+def exchange(answer, requests=1):
+    """Posts `requests` requests one after the other; returns per request (row, status, stamps in ms from
+    the loop's start, reads, error kind) and the network."""
+    net = ScriptedNetwork(answer)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        now_ns = lambda: round(loop.time() * 1e9)  # noqa: E731
+        out = []
+        async with RawHttpTransport("http://127.0.0.1:9", {}, now_ns=now_ns, connect=net.connect) as t:
+            for i in range(requests):
+                row = Row(i, f"r{i}", 0, 1, 1)
+                async with t.post("/v1/completions", {"X-Request-Id": row.request_id}, b"{}", row) as resp:
+                    stamps, reads = await resp.stamped()
+                    kind = resp.error.kind if resp.error else None
+                    out.append((row, resp.status, [s / 1e6 for s in stamps], reads, kind))
+        return out
+
+    return run_virtual(go()), net
+
+
+@pytest.mark.parametrize("answer, want_reads, want_ms, head_ms, connections", [
+    # a chunked stream in three reads (50, 60, 70 ms after the request): each read keeps its own stamp and
+    # its de-chunked bytes; keep-alive: the second request reuses the connection
+    (lambda req: [(0.05, HEAD + chunk(EV[0])), (0.06, chunk(EV[1])), (0.07, chunk(EV[2]) + b"0\r\n\r\n")],
+     EV, [50.0, 60.0, 70.0], 50.0, 1),
+    # the head alone first: its read carries no body and is not a read of the body
+    (lambda req: [(0.01, HEAD), (0.02, chunk(EV[0]) + chunk(EV[1])), (0.03, chunk(EV[2]) + b"0\r\n\r\n")],
+     [EV[0] + EV[1], EV[2]], [20.0, 30.0], 10.0, 1),
+    # Content-Length and Connection: close: the connection is not reused
+    (lambda req: [(0.01, b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\ndata"),
+                  (0.02, b": a\n\n"), (0.03, None)],
+     [b"data", b": a\n\n"], [10.0, 20.0], 10.0, 2),
+])
+def test_reads_are_stamped_where_they_land(answer, want_reads, want_ms, head_ms, connections):
+    results, net = exchange(answer, requests=2)
+    for row, status, stamps_ms, reads, kind in results:
+        assert status == 200 and kind is None
+        assert reads == want_reads
+        start_ms = row.sent_ns / 1e6
+        assert [round(s - start_ms, 6) for s in stamps_ms] == want_ms
+        assert round(row.response_ns / 1e6 - start_ms, 6) == head_ms   # the read that completed the head
+    assert net.connections == connections
+    assert all(r.startswith(b"POST /v1/completions HTTP/1.1\r\n") for r in net.requests)
+
+
+def test_a_body_cut_short_is_a_reset_that_keeps_what_arrived():
+    # two events arrive, then the peer closes mid-body: the error is typed and both reads are kept
+    results, _ = exchange(lambda req: [(0.05, HEAD + chunk(EV[0])), (0.06, chunk(EV[1])), (0.08, None)])
+    row, status, stamps_ms, reads, kind = results[0]
+    assert status == 200 and kind == "reset"
+    assert reads == EV[:2] and [round(s - row.sent_ns / 1e6, 6) for s in stamps_ms] == [50.0, 60.0]
