@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="summarize a results folder",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("run_dir")
-    rep.add_argument("--format", choices=("text", "json"), default="text")
+    rep.add_argument("--format", choices=("text", "json", "html", "md"), default="text",
+                     help="html: one self-contained file with plots (docs/html-report.md); md: for issues and PRs")
     rep.add_argument("--out", help="write the report to this file instead of stdout")
     # --- explain (issue 6) ---
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
@@ -187,8 +188,13 @@ def _report(args: argparse.Namespace) -> int:
     summary.update(section)
     write_parquet(Path(args.run_dir) / "decomposition.parquet", decomposition)
     # --- end explain ---
+    summary.setdefault("config", run.manifest.get("config"))  # html-report: shown in every format's report
     write_json(Path(args.run_dir) / "summary.json", summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
+    if args.format in ("html", "md"):  # html-report (issue 11)
+        from loadgen.report.pages import render_run_page
+
+        text = render_run_page(args.format, summary, run, decomposition)
     if args.out:
         Path(args.out).write_text(text)
     else:
