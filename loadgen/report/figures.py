@@ -40,10 +40,10 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[list[f
     half = max_points // 2
     p_lin = np.linspace(0, 1, half, endpoint=False)
     top = math.log10(max(n, 10))
-    p_tail = 1 - 10.0 ** -np.linspace(0, top, max_points - half)
-    ranks = np.unique(np.clip(np.ceil(np.concatenate([p_lin, p_tail]) * n).astype(np.int64), 1, n))
+    p_tail = 1 - 10.0 ** -np.linspace(0, top, max_points - half - 1)
+    ranks = np.unique(np.clip(np.ceil(np.concatenate([p_lin, p_tail, [1.0]]) * n).astype(np.int64), 1, n))
     ps = ranks / n
-    ps[-1] = 1 - 0.5 / n if ranks[-1] == n else ps[-1]
+    ps[-1] = 1 - 0.5 / n    # the largest sample (rank n is always kept)
     return v[ranks - 1].tolist(), ps.tolist()
 
 

@@ -18,7 +18,7 @@ import polars as pl
 from loadgen.analysis.decompose import COMPONENTS
 from loadgen.report import figures, tables
 from loadgen.report.gantt_svg import gantt_chart
-from loadgen.report.svg import COMPONENT_COLORS, Bar, Cdf, Series, cdf_chart, extent, line_chart, stacked_bars
+from loadgen.report.svg import COMPONENT_COLORS, Bar, Cdf, Series, cdf_chart, line_chart, stacked_bars
 from loadgen.results import Run
 
 SIZE_BOUND_BYTES = 2_000_000
@@ -63,8 +63,10 @@ def verdict_html(s: dict) -> str:
     if s.get("valid"):
         return (f'<p class="verdict valid">Valid run: the generator kept its schedule (status '
                 f'<span data-s="run.status">{escape(str(s["run"]["status"]))}</span>).</p>')
-    reasons = "".join(f'<li data-s="invalid_reasons.{i}">{escape(r)}</li>' for i, r in enumerate(s["invalid_reasons"]))
-    return f'<div class="verdict invalid">INVALID run: its latencies include the client\'s own delay.<ul>{reasons}</ul></div>'
+    reasons = "".join(f'<li data-s="invalid_reasons.{i}">{escape(r)}</li>'
+                      for i, r in enumerate(s["invalid_reasons"]))
+    return ('<div class="verdict invalid">INVALID run: its latencies include the client\'s own delay.'
+            f"<ul>{reasons}</ul></div>")
 
 
 def diagnosis_html(s: dict) -> str:
@@ -99,7 +101,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     srv, thr = figures.server_series(metrics), figures.throughput(run)
     # one time axis for every chart of the section (scrapes may start before t0)
     t_all = [t for ts in (*per_metric.values(), srv, thr) if ts is not None for t in ts.t_s]
-    x_range = extent("lin", [0.0, *t_all])
+    x_range = (min(0.0, *t_all), max(1.0, *t_all))
     for m, ts in per_metric.items():
         if ts is None:
             continue
@@ -147,7 +149,8 @@ def decomposition_section(s: dict, d: pl.DataFrame | None) -> str:
     if d is not None and d.height and bins:
         per = figures.decomposition_by_bin(d, bins, BAR_PARTS)
         out.append(stacked_bars("Decomposition by prompt length (mean ms per bin)", [
-            Bar(f"{b['bin']['prompt_tokens_min']}-{b['bin']['prompt_tokens_max']} tok", [(c, b[c], "") for c in BAR_PARTS],
+            Bar(f"{b['bin']['prompt_tokens_min']}-{b['bin']['prompt_tokens_max']} tok",
+                [(c, b[c], "") for c in BAR_PARTS],
                 note=f" (n {key_span(s, f'by_prompt_tokens.{i}.n')})") for i, b in enumerate(per)],
             plot_id="decomposition-by-length"))
     windows = s.get("decomposition_windows") or []
@@ -160,12 +163,12 @@ def decomposition_section(s: dict, d: pl.DataFrame | None) -> str:
     return "".join(out)
 
 
-def gantt_section(d: pl.DataFrame | None) -> str:
+def gantt_section(s: dict, d: pl.DataFrame | None) -> str:
     if d is None or d.height == 0:
         return ""
     rows, prefills = figures.gantt(d)
     return ("<h2>Per-request timeline</h2><p class=\"note\">Consecutive requests around the most-stalled one "
-            f"({len(rows)} of {d.height}). Purple: a stall, drawn over the prefill of the request that caused it "
+            f"(a sample of the {key_span(s, 'decomposition_ms.n')} decomposed). Purple: a stall, drawn over the prefill of the request that caused it "
             "(click to jump to that request's row); dashed purple rule: that prefill's first token, joining the "
             "rows it stalled.</p>" + gantt_chart("Send lag / queue / prefill / decode per request", rows, prefills,
                                                  plot_id="gantt"))
@@ -188,7 +191,7 @@ def render_run(summary: dict, run: Run, decomposition: pl.DataFrame | None = Non
         decomposition_section(s, decomposition),
         '<div class="row"><div>', table_html(t.decomposition(s, COMPONENTS), s), "</div><div>",
         table_html(t.by_prompt(s), s), table_html(t.server_crosscheck(s), s), "</div></div>",
-        gantt_section(decomposition),
+        gantt_section(s, decomposition),
         over_time_section(run, metrics),
         '<h2>Run</h2><div class="row"><div>', table_html(t.generator(s), s), table_html(t.config_rows(s), s),
         "</div><div>", table_html(t.histograms(s), s), "</div></div>",

@@ -77,7 +77,7 @@ def extent(kind: str, values: list[float], zero: bool = False) -> tuple[float, f
         lo = min(lo, 0.0)
     if hi == lo:
         hi = lo + 1.0
-    step = nice_step((hi - lo) / 5)
+    step = nice_step((hi - lo) / 8)
     return math.floor(lo / step) * step, math.ceil(hi / step) * step
 
 
@@ -105,8 +105,8 @@ def ticks(kind: str, lo: float, hi: float) -> list[tuple[float, str]]:
             z += 1
         return out
     step = nice_step((hi - lo) / 5)
-    n = int(round((hi - lo) / step))
-    return [(lo + i * step, _num(lo + i * step)) for i in range(n + 1)]
+    first = math.ceil(lo / step - 1e-9)
+    return [(i * step, _num(i * step)) for i in range(first, math.floor(hi / step + 1e-9) + 1)]
 
 
 def _num(v: float) -> str:
@@ -277,7 +277,8 @@ def stacked_bars(title: str, bars: list[Bar], *, colors: dict[str, str] = COMPON
         for comp, v, attrs in b.parts:
             w = max(0.0, v or 0.0)
             if w > 0:
-                c.parts.append(f'<rect class="mark bar" x="{_f(x(acc))}" y="{_f(y0)}" width="{_f(x(acc + w) - x(acc))}" '
+                c.parts.append(f'<rect class="mark bar" x="{_f(x(acc))}" y="{_f(y0)}" '
+                               f'width="{_f(x(acc + w) - x(acc))}" '
                                f'height="{row_h - 8}" fill="{colors.get(comp, "#999")}"{attrs}>'
                                f'<title>{escape(b.label)}: {escape(comp)} {fmt(v)} {unit}</title></rect>')
             acc += w

@@ -1,0 +1,210 @@
+"""`loadgen report --format html|md` on a synthetic results folder: every number shown equals the JSON
+report's (both parsed), the page is self-contained, and what is drawn is bounded."""
+from __future__ import annotations
+
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from loadgen import hdr
+from loadgen.cli import main
+from loadgen.report import figures
+from loadgen.report.html import SIZE_BOUND_BYTES
+from loadgen.report.svg import Series, line_chart
+from loadgen.report.tables import lookup
+from tests.synthetic_run import make_run
+
+NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    run = make_run(tmp_path_factory.mktemp("run") / "r", 600, rate_per_s=50.0)
+    out = {}
+    for fmt in ("json", "html", "md"):
+        f = run / f"report.{fmt}"
+        assert main(["report", str(run), "--format", fmt, "--out", str(f)]) == 0
+        out[fmt] = f.read_text()
+    out["summary"] = orjson.loads(out["json"])
+    return out
+
+
+def agrees(shown: str, value) -> bool:
+    """The shown text is the JSON value, rounded to the decimals shown (independent of the formatter)."""
+    if value is None:
+        return shown == "-"
+    if isinstance(value, bool):
+        return shown == ("yes" if value else "no")
+    if isinstance(value, str):
+        return shown == value
+    if isinstance(value, int):
+        return shown == str(value)
+    decimals = len(shown.split(".")[1]) if "." in shown else 0
+    return abs(float(shown) - value) <= 0.5 * 10 ** -decimals + 1e-9 * abs(value)
+
+
+class Page(HTMLParser):
+    """Collects text of [data-k]/[data-s]/[data-json] elements and every text outside them and outside SVG."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[tuple[str, dict]] = []
+        self.keyed: list[tuple[str, str, str]] = []   # (attr, path, text)
+        self.loose: list[str] = []
+        self.tags: list[str] = []
+        self._open: list[list] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        self.stack.append((tag, a))
+        for attr in ("data-k", "data-s", "data-json"):
+            if attr in a:
+                self._open.append([attr, a[attr], "", len(self.stack)])
+
+    def handle_endtag(self, tag):
+        while self._open and self._open[-1][3] == len(self.stack):
+            attr, path, text, _ = self._open.pop()
+            self.keyed.append((attr, path, text))
+        if self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if self._open:
+            for o in self._open:
+                o[2] += data
+        elif not any(t in ("svg", "style", "title") for t, _ in self.stack):
+            self.loose.append(data)
+
+
+def test_every_number_in_the_html_is_the_json_value(reports):
+    s, page = reports["summary"], Page()
+    page.feed(reports["html"])
+    keyed = {(a, p): t for a, p, t in page.keyed}
+    assert len(keyed) > 80
+    for (attr, path), text in keyed.items():
+        v = lookup(s, path) if attr != "data-json" else None
+        if attr == "data-k":
+            assert agrees(text, v), (path, text, v)
+        elif attr == "data-s":
+            assert text == str(v), (path, text, v)
+        else:
+            assert orjson.loads(text) == lookup(s, path)
+    for m in ("ttft", "itl", "e2e", "send_lag"):          # the summary table and the CDF markers
+        for st in ("p50", "p99", "mean"):
+            assert ("data-k", f"latency_ms.{m}.{st}") in keyed
+    for comp in ("queue", "prefill", "decode_stalls"):    # the decomposition table and bars
+        assert ("data-k", f"decomposition_ms.p99_e2e.{comp}") in keyed
+    assert ("data-s", "diagnosis.0.finding") in keyed
+    # no number printed outside the keyed elements (plots' axes aside)
+    stray = [n for text in page.loose for n in NUMBER.findall(text)]
+    assert stray == [], stray
+
+
+def test_the_html_loads_nothing_and_runs_no_script(reports):
+    h = reports["html"]
+    page = Page()
+    page.feed(h)
+    assert "script" not in page.tags and "link" not in page.tags and "img" not in page.tags
+    assert not re.search(r"\b(src|href)=\"(?!#)", h)      # only in-page links
+    assert "url(" not in h and "@import" not in h
+    assert len(h.encode()) < SIZE_BOUND_BYTES
+
+
+def markdown_tables(md: str) -> dict[str, list[dict[str, str]]]:
+    tables, title, rows = {}, None, None
+    for line in md.splitlines():
+        if line.startswith("**") and not line.startswith("**Diagnosis"):
+            title = line.split("**")[1]
+        elif line.startswith("|") and title:
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            if rows is None:
+                rows, header = [], cells
+            elif not set(line) <= set("|:- "):
+                rows.append(dict(zip(header, cells)))
+        elif rows is not None:
+            tables[title], rows = rows, None
+    if rows is not None:
+        tables[title] = rows
+    return tables
+
+
+def test_every_number_in_the_markdown_is_the_json_value(reports):
+    s, md = reports["summary"], reports["md"]
+    t = markdown_tables(md)
+    for row in t["Latency (ms)"]:
+        for st in ("p50", "p90", "p99", "p999", "max", "mean"):
+            assert agrees(row[st], s["latency_ms"][row["metric"]][st]), (row, st)
+    cols = {"mean": "mean", "at p99 e2e": "p99_e2e", "at p99 TTFT": "p99_ttft"}
+    for row in t["Where the time went (ms)"]:
+        comp = row["component"]
+        if comp in ("requests", "threshold"):
+            continue
+        for label, key in cols.items():
+            assert agrees(row[label], s["decomposition_ms"][key][comp]), (comp, label)
+    for i, row in enumerate(t["By prompt length"]):
+        assert agrees(row["TTFT p50"], s["by_prompt_tokens"][i]["ttft_p50"])
+        assert agrees(row["n"], s["by_prompt_tokens"][i]["n"])
+    overview = {r[""]: r["value"] for r in t["Requests, rate, throughput"]}
+    assert agrees(overview["ok"], s["requests"]["ok"])
+    assert agrees(overview["throughput (output tok/s)"], s["throughput"]["output_tokens_per_s"])
+    # every other number is some JSON number rounded as shown, or inside a JSON string quoted verbatim
+    for f in s["diagnosis"]:
+        assert f["finding"] in md
+        md = md.replace(f["finding"], "").replace(f["remedy"], "")
+    md = md.replace(s["run"]["path"], "").replace(str(s["run"]["target"]), "")
+    leaves = list(_numbers(s))
+    for n in NUMBER.findall(md):
+        assert any(agrees(n, v) for v in leaves), n
+
+
+def _numbers(v):
+    if isinstance(v, dict):
+        for x in v.values():
+            yield from _numbers(x)
+    elif isinstance(v, list):
+        for x in v:
+            yield from _numbers(x)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        yield v
+
+
+def test_cdf_points_are_samples_at_their_rank_and_bounded():
+    v = np.random.default_rng(3).lognormal(3, 1, 1_000_000)
+    xs, ps = figures.cdf_points(v)
+    assert len(xs) <= figures.CDF_POINTS
+    srt = np.sort(v)
+    for x, p in zip(xs[:-1], ps[:-1]):
+        assert x == srt[math.ceil(p * v.size - 1e-9) - 1]
+    assert xs[-1] == srt[-1] and ps[-1] < 1
+    assert ps[-2] >= 0.9999          # the tail keeps points: the p99.99 region is drawn
+
+
+def test_interval_logs_are_merged_exactly_into_at_most_time_points(tmp_path):
+    t = np.arange(0, 3_000 * 10**9, 10**8)                      # 3,000 one-second intervals
+    vals = (1 + (t // 10**9) % 7) * 10**6
+    hdr.write_interval_log(tmp_path / "ttft.hlog", t, vals, start_wall_s=1.7e9)
+    ts = figures.interval_percentiles(tmp_path, "ttft", max_points=100)
+    assert len(ts.t_s) == 100
+    assert sum(c * 30 for c in ts.values["count_per_s"]) == pytest.approx(t.size)   # nothing lost
+    assert max(ts.values["p99"]) == pytest.approx(7.0, rel=1e-3)
+
+
+def test_log_axes_leave_out_what_they_cannot_draw():
+    svg = line_chart("t", [Series("a", [1, 2, 3, 4], [0.0, 10.0, None, 1000.0])], y_kind="log")
+    assert svg.count('class="mark line"') == 1
+    pts = re.search(r'class="mark line" points="([^"]+)"', svg).group(1).split()
+    assert len(pts) == 2
+
+
+def test_bad_format_and_bad_folder_are_usage_errors(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path), "--format", "pdf"])
+    assert e.value.code == 2
+    assert main(["report", str(tmp_path), "--format", "html"]) == 2
+    assert "not a loadgen results folder" in capsys.readouterr().err
