@@ -164,6 +164,13 @@ def _report(args: argparse.Namespace) -> int:
     from loadgen.report import to_json, to_text
     from loadgen.results import read_run, write_json
 
+    if args.format in ("html", "md"):  # html-report (issue 11): a sweep's or a comparison's page
+        from loadgen.report.pages import render_sweep_or_compare
+
+        page = render_sweep_or_compare(args.run_dir, args.format)
+        if page is not None:
+            Path(args.out).write_text(page) if args.out else sys.stdout.write(page)
+            return 0
     run = read_run(args.run_dir)
     summary = summarize(run)
     # --- explain (issue 6): decomposition, diagnosis, roofline; decomposition.parquet ---

@@ -50,7 +50,8 @@ def table_html(t: tables.Table | None, s: dict) -> str:
 
 def _cell(c: tables.Cell, s: dict) -> str:
     if isinstance(c, tables.Key):
-        return f'<td data-k="{escape(c.path)}">{escape(tables.show(tables.lookup(s, c.path)))}</td>'
+        scale = ' data-scale="100"' if c.pct else ""
+        return f'<td data-k="{escape(c.path)}"{scale}>{escape(tables.text(c, s))}</td>'
     return f"<td>{escape(c)}</td>"
 
 
@@ -168,7 +169,8 @@ def gantt_section(s: dict, d: pl.DataFrame | None) -> str:
         return ""
     rows, prefills = figures.gantt(d)
     return ("<h2>Per-request timeline</h2><p class=\"note\">Consecutive requests around the most-stalled one "
-            f"(a sample of the {key_span(s, 'decomposition_ms.n')} decomposed). Purple: a stall, drawn over the prefill of the request that caused it "
+            f"(a sample of the {key_span(s, 'decomposition_ms.n')} decomposed). Purple: a stall, drawn over the "
+            "prefill of the request that caused it "
             "(click to jump to that request's row); dashed purple rule: that prefill's first token, joining the "
             "rows it stalled.</p>" + gantt_chart("Send lag / queue / prefill / decode per request", rows, prefills,
                                                  plot_id="gantt"))
@@ -200,5 +202,9 @@ def render_run(summary: dict, run: Run, decomposition: pl.DataFrame | None = Non
         body.append('<details><summary>Full configuration (summary.json <code>config</code>)</summary>'
                     f'<pre data-json="config">{escape(orjson.dumps(s["config"], option=orjson.OPT_INDENT_2).decode())}'
                     "</pre></details>")
+    return page(title, body)
+
+
+def page(title: str, body: list[str]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{CSS}</style></head><body>" + "".join(body) + "</body></html>\n")

@@ -12,7 +12,7 @@ def _escape(text: str) -> str:
 
 
 def cell(c: tables.Cell, s: dict) -> str:
-    return _escape(tables.show(tables.lookup(s, c.path)) if isinstance(c, tables.Key) else c)
+    return _escape(tables.text(c, s) if isinstance(c, tables.Key) else c)
 
 
 def table_md(t: tables.Table | None, s: dict) -> list[str]:

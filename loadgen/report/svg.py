@@ -214,14 +214,43 @@ def frame(title: str, x_kind: str, x_range: tuple[float, float], y_kind: str, y_
 
 def line_chart(title: str, series: list[Series], *, x_kind: str = "lin", y_kind: str = "lin",
                x_label: str = "", y_label: str = "", y_zero: bool = True, plot_id: str = "",
-               x_range: tuple[float, float] | None = None, width: int = WIDTH, height: int = HEIGHT) -> str:
-    """Several series against one x (time, rate, ...), optional confidence bands."""
+               x_range: tuple[float, float] | None = None, width: int = WIDTH, height: int = HEIGHT,
+               markers: list[tuple[float, str, str]] = ()) -> str:
+    """Several series against one x (time, rate, ...), optional confidence bands; markers: vertical rules
+    (x, label html, colour), e.g. a sweep's knee."""
     xs = [x for s in series for x in s.xs]
     ys = [y for s in series for y in (*s.ys, *(s.band[0] + s.band[1] if s.band else ()))]
     c = frame(title, x_kind, x_range or extent(x_kind, xs), y_kind, extent(y_kind, ys, zero=y_zero),
               x_label=x_label, y_label=y_label, plot_id=plot_id, width=width, height=height)
     for i, s in enumerate(series):
         c.line(s, s.color or PALETTE[i % len(PALETTE)])
+    for x, label, color in markers:
+        c.marker(x, label, color)
+    return c.svg()
+
+
+def interval_chart(title: str, rows: list[tuple[str, float | None, list | None, str, str]], *, x_label: str = "",
+                   plot_id: str = "", width: int = WIDTH) -> str:
+    """One row per estimate: a point and its confidence interval on a common axis with a rule at 0 (a forest
+    plot). rows: (label, value, [low, high] or None, colour, extra attrs of the point, e.g. data-k)."""
+    row_h, top, bottom, label_w = 22, 34, 46, 190
+    height = top + bottom + row_h * max(1, len(rows))
+    vals = [v for _, v, ci, _, _ in rows for v in (v, *(ci or ())) if v is not None and math.isfinite(v)]
+    lo, hi = extent("lin", [*vals, 0.0], zero=False)
+    x = Scale("lin", lo, hi, label_w, width - MARGIN[1])
+    y = Scale("lin", 0.0, float(max(1, len(rows))), top, top + row_h * max(1, len(rows)))
+    c = Canvas(title, x, y, width=width, height=height, x_label=x_label, plot_id=plot_id)
+    c.axes(ticks("lin", lo, hi), [])
+    c.parts.append(f'<line x1="{_f(x(0))}" y1="{top}" x2="{_f(x(0))}" y2="{_f(y(len(rows)))}" stroke="#444"/>')
+    for i, (label, v, ci, color, attrs) in enumerate(rows):
+        cy = y(i) + row_h / 2
+        c.parts.append(f'<text x="{label_w - 6}" y="{_f(cy + 4)}" text-anchor="end">{escape(label)}</text>')
+        if ci and None not in ci:
+            c.parts.append(f'<line class="mark ci" x1="{_f(x(ci[0]))}" y1="{_f(cy)}" x2="{_f(x(ci[1]))}" '
+                           f'y2="{_f(cy)}" stroke="{color}" stroke-width="2"/>')
+        if v is not None:
+            c.parts.append(f'<circle class="mark point" cx="{_f(x(v))}" cy="{_f(cy)}" r="4" fill="{color}"{attrs}>'
+                           f'<title>{escape(label)}</title></circle>')
     return c.svg()
 
 

@@ -16,6 +16,7 @@ from loadgen.report import _f
 @dataclass(frozen=True)
 class Key:
     path: str
+    pct: bool = False    # a fraction shown as a signed percentage (compare's relative changes)
 
 
 Cell = str | Key
@@ -36,9 +37,18 @@ def lookup(summary: dict, path: str):
     return v
 
 
+def text(c: Key, summary: dict) -> str:
+    v = lookup(summary, c.path)
+    if c.pct and v is not None:
+        return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
+    return show(v)
+
+
 def show(v) -> str:
     if v is None:
         return "-"
+    if isinstance(v, list):       # a confidence interval [low, high]
+        return " – ".join(show(x) for x in v)
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int):

@@ -34,8 +34,14 @@ def reports(tmp_path_factory):
     return out
 
 
-def agrees(shown: str, value) -> bool:
-    """The shown text is the JSON value, rounded to the decimals shown (independent of the formatter)."""
+def agrees(shown: str, value, scale: float = 1.0) -> bool:
+    """The shown text is the JSON value (x scale: 100 for a percentage), rounded to the decimals shown
+    (independent of the formatter). A list (a confidence interval) is shown as its items joined by " – "."""
+    if isinstance(value, list):
+        parts = shown.split(" – ")
+        return len(parts) == len(value) and all(agrees(t, v, scale) for t, v in zip(parts, value))
+    if scale != 1.0 and isinstance(value, (int, float)):
+        return shown.endswith("%") and agrees(shown[:-1].lstrip("+"), value * scale)
     if value is None:
         return shown == "-"
     if isinstance(value, bool):
@@ -57,6 +63,7 @@ class Page(HTMLParser):
         self.keyed: list[tuple[str, str, str]] = []   # (attr, path, text)
         self.loose: list[str] = []
         self.tags: list[str] = []
+        self.scale: dict[tuple[str, str], float] = {}
         self._open: list[list] = []
 
     def handle_starttag(self, tag, attrs):
@@ -65,12 +72,13 @@ class Page(HTMLParser):
         self.stack.append((tag, a))
         for attr in ("data-k", "data-s", "data-json"):
             if attr in a:
-                self._open.append([attr, a[attr], "", len(self.stack)])
+                self._open.append([attr, a[attr], "", len(self.stack), float(a.get("data-scale", 1))])
 
     def handle_endtag(self, tag):
         while self._open and self._open[-1][3] == len(self.stack):
-            attr, path, text, _ = self._open.pop()
+            attr, path, text, _, scale = self._open.pop()
             self.keyed.append((attr, path, text))
+            self.scale[(attr, path)] = scale
         if self.stack:
             self.stack.pop()
 
@@ -82,28 +90,33 @@ class Page(HTMLParser):
             self.loose.append(data)
 
 
-def test_every_number_in_the_html_is_the_json_value(reports):
-    s, page = reports["summary"], Page()
-    page.feed(reports["html"])
+def check_html_numbers(html: str, s: dict) -> tuple[dict, list[str]]:
+    """Every keyed element shows its JSON value; returns them and the numbers printed outside them."""
+    page = Page()
+    page.feed(html)
     keyed = {(a, p): t for a, p, t in page.keyed}
-    assert len(keyed) > 80
     for (attr, path), text in keyed.items():
-        v = lookup(s, path) if attr != "data-json" else None
         if attr == "data-k":
-            assert agrees(text, v), (path, text, v)
+            v = lookup(s, path)
+            assert agrees(text, v, page.scale[(attr, path)]), (path, text, v)
         elif attr == "data-s":
-            assert text == str(v), (path, text, v)
+            assert text == str(lookup(s, path)), (path, text)
         else:
             assert orjson.loads(text) == lookup(s, path)
+    return keyed, [n for text in page.loose for n in NUMBER.findall(text)]
+
+
+def test_every_number_in_the_html_is_the_json_value(reports):
+    s = reports["summary"]
+    keyed, stray = check_html_numbers(reports["html"], s)
+    assert len(keyed) > 80
     for m in ("ttft", "itl", "e2e", "send_lag"):          # the summary table and the CDF markers
         for st in ("p50", "p99", "mean"):
             assert ("data-k", f"latency_ms.{m}.{st}") in keyed
     for comp in ("queue", "prefill", "decode_stalls"):    # the decomposition table and bars
         assert ("data-k", f"decomposition_ms.p99_e2e.{comp}") in keyed
     assert ("data-s", "diagnosis.0.finding") in keyed
-    # no number printed outside the keyed elements (plots' axes aside)
-    stray = [n for text in page.loose for n in NUMBER.findall(text)]
-    assert stray == [], stray
+    assert stray == [], stray    # no number printed outside the keyed elements (plots' axes aside)
 
 
 def test_the_html_loads_nothing_and_runs_no_script(reports):
@@ -158,9 +171,16 @@ def test_every_number_in_the_markdown_is_the_json_value(reports):
         assert f["finding"] in md
         md = md.replace(f["finding"], "").replace(f["remedy"], "")
     md = md.replace(s["run"]["path"], "").replace(str(s["run"]["target"]), "")
+    check_md_numbers(md, s)
+
+
+def check_md_numbers(md: str, s: dict) -> None:
     leaves = list(_numbers(s))
-    for n in NUMBER.findall(md):
-        assert any(agrees(n, v) for v in leaves), n
+    for n in re.findall(r"[-+]?\d+(?:\.\d+)?%?", re.sub(r"\b[a-z_]+\d+\b|\d+%\s+CI", "", md)):
+        if n.endswith("%"):
+            assert any(agrees(n, v, 100.0) for v in leaves), n
+        else:
+            assert any(agrees(n.lstrip("+"), v) for v in leaves), n
 
 
 def _numbers(v):
@@ -208,3 +228,42 @@ def test_bad_format_and_bad_folder_are_usage_errors(tmp_path, capsys):
     assert e.value.code == 2
     assert main(["report", str(tmp_path), "--format", "html"]) == 2
     assert "not a loadgen results folder" in capsys.readouterr().err
+
+
+FIXTURES = Path(__file__).parent.parent / "data" / "report_pages"
+
+
+@pytest.mark.parametrize("name", ["sweep_summary.json", "compare_runs.json", "compare_sweeps.json"])
+def test_sweep_and_compare_pages_show_the_json_numbers(tmp_path, name):
+    # fixtures: the JSON that `loadgen sweep` and `loadgen compare --format json` write (docs/sweep-and-compare.md)
+    src = FIXTURES / name
+    d = orjson.loads(src.read_bytes())
+    out = {}
+    for fmt in ("html", "md"):
+        f = tmp_path / f"page.{fmt}"
+        assert main(["report", str(src), "--format", fmt, "--out", str(f)]) == 0
+        out[fmt] = f.read_text()
+    keyed, stray = check_html_numbers(out["html"], d)
+    assert stray == [], stray
+    assert 'class="plot"' in out["html"] and "<script" not in out["html"]
+    if d["kind"] == "loadgen-sweep-summary":
+        assert ("data-k", "knee.rate_per_s") in keyed
+        for i in range(len(d["points"])):
+            assert ("data-k", f"points.{i}.latency_ms.ttft.p99") in keyed
+        assert out["html"].count('class="mark point"') >= 5 * len(d["points"])
+    else:
+        metrics = d["comparisons"][0].get("metrics") or d["comparisons"][0]["points"][0]["metrics"]
+        base = "comparisons.0" if "metrics" in d["comparisons"][0] else "comparisons.0.points.0"
+        assert ("data-k", f"{base}.metrics.{len(metrics) - 1}.rel_ci") in keyed
+        if "metrics" in d["comparisons"][0]:
+            assert 'class="mark ci"' in out["html"]                 # the forest plot of relative changes
+        else:
+            assert 'class="mark band"' in out["html"]               # curves with their CI bands
+    check_md_numbers(out["md"].replace(str(d.get("baseline")), ""), d)
+
+
+def test_a_json_file_that_is_neither_is_a_clear_error(tmp_path, capsys):
+    f = tmp_path / "x.json"
+    f.write_text('{"kind": "something"}')
+    assert main(["report", str(f), "--format", "html"]) == 2
+    assert "not a sweep summary or a compare result" in capsys.readouterr().err
