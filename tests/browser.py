@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -50,7 +51,8 @@ def open_page(html: Path, png: Path, *, width: int = 1100, timeout_s: float = 60
                                  "--disable-component-update", "--disable-default-apps",
                                  "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
                                  f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "TMPDIR": profile})   # its temporary files go with the profile
         try:
             ws_url = _devtools_url(Path(profile), proc, timeout_s)
             return asyncio.run(asyncio.wait_for(_drive(ws_url, html.resolve(), png, width, tile_px), timeout_s))

@@ -132,6 +132,10 @@ def sweep_md(d: dict) -> str:
 
 # --- compare -----------------------------------------------------------------------------------------------
 
+def _label(m: dict) -> str:
+    return str(m.get("metric")) if m.get("stat") == "value" else f"{m.get('stat')} {m.get('metric')}"
+
+
 def metrics_table(c: dict, i: int) -> tables.Table:
     """All metrics of comparison i; for a sweep comparison one block of rows per rate (first column)."""
     sweep = c.get("kind") == "sweep"
@@ -142,7 +146,7 @@ def metrics_table(c: dict, i: int) -> tables.Table:
         for j, m in enumerate(metrics):
             p = f"{base}.metrics.{j}"
             rows.append([*([Key(f"{base}.rate_per_s")] if sweep else []),
-                         f"{m.get('stat')} {m.get('metric')} ({m.get('unit', '')})", Key(f"{p}.a"), Key(f"{p}.a_ci"),
+                         f"{_label(m)} ({m.get('unit', '')})", Key(f"{p}.a"), Key(f"{p}.a_ci"),
                          Key(f"{p}.b"), Key(f"{p}.b_ci"), Key(f"{p}.rel", pct=True), Key(f"{p}.rel_ci", pct=True),
                          Key(f"{p}.verdict")])
     return tables.Table("Metrics", [*(["rate (req/s)"] if sweep else []), "metric", "A", "A CI", "B", "B CI",
@@ -151,7 +155,7 @@ def metrics_table(c: dict, i: int) -> tables.Table:
 
 def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
     # relative changes (fractions) drawn in % on the axis
-    rows = [(f"{m.get('stat')} {m.get('metric')}", m["rel"] * 100,
+    rows = [(_label(m), m["rel"] * 100,
              [x * 100 for x in m["rel_ci"]] if m.get("rel_ci") and None not in m["rel_ci"] else None,
              VERDICT_COLORS.get(m.get("verdict"), "#444"), "") for m in metrics if m.get("rel") is not None]
     return interval_chart(title, rows, x_label="change of B from A (%), confidence interval", plot_id=plot_id) if rows else ""

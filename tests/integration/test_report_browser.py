@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+import orjson
+
 from loadgen.report.html import SIZE_BOUND_BYTES
 from tests.browser import open_page
 from tests.integration.conftest import loadgen
@@ -59,3 +61,28 @@ def test_a_100k_request_report_stays_under_the_bound_and_opens(tmp_path):
     assert r.returncode == 0, r.stderr
     assert html.stat().st_size < SIZE_BOUND_BYTES
     check_page(html, tmp_path / "report-100k.png", RUN_PLOTS)
+
+
+FIXTURES = Path(__file__).parent.parent / "data" / "report_pages"
+
+
+def test_sweep_and_compare_pages_open_cleanly_in_chromium(tmp_path):
+    sweep_html = tmp_path / "sweep.html"
+    r = loadgen("report", str(FIXTURES / "sweep_summary.json"), "--format", "html", "--out", str(sweep_html))
+    assert r.returncode == 0, r.stderr
+    check_page(sweep_html, tmp_path / "sweep.png", {"sweep-latency", "sweep-tpot", "sweep-throughput",
+                                                    "sweep-tokens", "sweep-decomposition"})
+    # a comparison of two runs whose folders exist: the page overlays their CDFs
+    a, b = make_run(tmp_path / "a", 2_000, rate_per_s=100.0), make_run(tmp_path / "b", 2_000, rate_per_s=150.0, seed=1)
+    d = orjson.loads((FIXTURES / "compare_runs.json").read_bytes())
+    d["baseline"], d["comparisons"][0]["a"], d["comparisons"][0]["b"] = str(a), str(a), str(b)
+    (tmp_path / "compare.json").write_bytes(orjson.dumps(d))
+    compare_html = tmp_path / "compare.html"
+    r = loadgen("report", str(tmp_path / "compare.json"), "--format", "html", "--out", str(compare_html))
+    assert r.returncode == 0, r.stderr
+    check_page(compare_html, tmp_path / "compare.png", {"compare-0-forest", "compare-0-cdf-ttft",
+                                                        "compare-0-cdf-itl", "compare-0-cdf-e2e"})
+    sweeps_html = tmp_path / "compare-sweeps.html"
+    r = loadgen("report", str(FIXTURES / "compare_sweeps.json"), "--format", "html", "--out", str(sweeps_html))
+    assert r.returncode == 0, r.stderr
+    check_page(sweeps_html, tmp_path / "compare-sweeps.png", {"compare-0-ttft-p99", "compare-0-e2e-p99"})
