@@ -158,7 +158,9 @@ def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
     rows = [(_label(m), m["rel"] * 100,
              [x * 100 for x in m["rel_ci"]] if m.get("rel_ci") and None not in m["rel_ci"] else None,
              VERDICT_COLORS.get(m.get("verdict"), "#444"), "") for m in metrics if m.get("rel") is not None]
-    return interval_chart(title, rows, x_label="change of B from A (%), confidence interval", plot_id=plot_id) if rows else ""
+    if not rows:
+        return ""
+    return interval_chart(title, rows, x_label="change of B from A (%), confidence interval", plot_id=plot_id)
 
 
 def _overlaid_cdfs(c: dict, i: int) -> str:
