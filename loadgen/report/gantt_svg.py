@@ -60,7 +60,7 @@ def gantt_chart(title: str, rows: list[figures.GanttRow], prefills: dict[str, tu
             marks += 1
             where = "" if cause in index else " (not in this sample)"
             mark = (f'<rect class="mark stall" x="{_f(x(a))}" y="{_f(y(i) + 1)}" width="{max(1.5, x(b) - x(a)):.1f}" '
-                    f'height="{ROW_H - 2}" fill="{STALL_COLOR}" stroke="#000" stroke-width="0.4">'
+                    f'height="{ROW_H - 2}" fill="{STALL_COLOR}" fill-opacity="0.85">'
                     f'<title>{escape(r.request_id)} stalled by the prefill of {escape(cause)}{where}</title></rect>')
             p.append(f'<a href="#{_anchor(cause)}">{mark}</a>' if cause in index else mark)
     for cause, (_, first) in prefills.items():
