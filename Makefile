@@ -27,8 +27,10 @@ chromium:
 	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
-# pytest exits 5 when it collects nothing: make treats any non-zero exit as failure.
+# Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
+# non-zero exit as failure.
 test: install chromium
+	$(BIN)/ruff check loadgen tests
 	$(BIN)/python -m pytest
 
 # A demo HTML + Markdown report of a simulator run where long prompts stall running streams.
@@ -43,7 +45,6 @@ bench: install
 	$(BIN)/python -m tests.bench
 
 lint: install
-	$(BIN)/python -m pip install -q ruff
 	$(BIN)/ruff check loadgen tests
 
 clean:

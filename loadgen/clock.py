@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import heapq
 import os
 import sys
 import time
+from typing import Protocol
+
+from loadgen.deadlines import DeadlineHeap
 
 CLOCK_MONOTONIC = 1
 TFD_NONBLOCK = 0o4000
@@ -70,8 +72,7 @@ class TimerfdClock:
             raise OSError(ctypes.get_errno(), "timerfd_create failed")
         self._spec = _Itimerspec()
         self._spec_ref = ctypes.byref(self._spec)
-        self._heap: list[tuple[int, int, asyncio.Future]] = []   # (wake ns, seq, future)
-        self._seq = 0
+        self._waiters = DeadlineHeap()
         self._armed_ns = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -85,13 +86,9 @@ class TimerfdClock:
             os.read(self._fd, 8)
         except BlockingIOError:
             pass
-        heap, now = self._heap, time.monotonic_ns()
-        while heap and (heap[0][0] <= now or heap[0][2].done()):
-            fut = heapq.heappop(heap)[2]
-            if not fut.done():
-                fut.set_result(None)
-        if heap:
-            self._arm(heap[0][0])
+        nxt = self._waiters.release(time.monotonic_ns())
+        if nxt is not None:
+            self._arm(nxt)
         else:
             self._armed_ns = 0
 
@@ -103,12 +100,10 @@ class TimerfdClock:
             if self._loop is not loop:
                 loop.add_reader(self._fd, self._fired)
                 self._loop = loop
-            fut = loop.create_future()
-            self._seq += 1
-            heapq.heappush(self._heap, (wake_ns, self._seq, fut))
-            if self._heap[0][2] is fut:  # the earliest waiter: (re-)arm for it
+            fut, earliest = self._waiters.add(loop, wake_ns)
+            if earliest:  # (re-)arm for it
                 self._arm(wake_ns)
-            await fut  # a cancelled waiter stays in the heap until it reaches the top (then skipped)
+            await fut
         while now() < deadline_ns:
             await asyncio.sleep(0)
 
@@ -120,7 +115,18 @@ class TimerfdClock:
             self._fd = -1
 
 
-def Clock(kind: str = "timerfd"):
+class Clock(Protocol):
+    """What the runner, the transports and execute.py take: now in int64 ns, and waits for absolute
+    deadlines. TimerfdClock and SpinClock are real; LoopClock follows the (virtual-time) event loop."""
+
+    def now_ns(self) -> int: ...
+
+    async def sleep_until(self, deadline_ns: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def make_clock(kind: str = "timerfd") -> Clock:
     # The real clock for runs: timerfd where the kernel has it, else the spin clock.
     if kind == "timerfd" and sys.platform.startswith("linux"):
         try:

@@ -31,9 +31,9 @@ from typing import TextIO
 import numpy as np
 import uvloop
 
-from loadgen import __version__, selfcheck
+from loadgen import __version__, metrics, selfcheck
 from loadgen.backends import make_backend
-from loadgen.clock import Clock, TimerfdClock
+from loadgen.clock import Clock, TimerfdClock, make_clock
 from loadgen.config import RunConfig, redact_url
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
@@ -117,16 +117,15 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    clock = Clock()
+    clock = make_clock()
     headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
-    # --- explain (issue 6): probe the idle server before t0 ---
+    # Probe the idle server before t0.
     calibration = None
     if config.calibrate:
         calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
-    # --- end explain ---
     transport = make_transport(url, headers)
     await transport.__aenter__()
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
@@ -164,10 +163,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     gc.freeze()
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # --- explain (issue 6): sample /metrics during the run (bytes only; parsed afterwards) ---
+    # Sample /metrics during the run (bytes only; parsed afterwards).
     scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
-    # --- end explain ---
     try:
         async with transport:
             runner = Runner(rows, bodies, backend, transport, clock, recorder,
@@ -190,7 +188,6 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     finally:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
-    # --- explain (issue 6) ---
     if scrape_task is not None:
         scrape_task.cancel()
         await asyncio.gather(scrape_task, return_exceptions=True)
@@ -203,11 +200,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     manifest["calibration"] = ("calibration.json" if calibration else
                                "off (--no-calibrate): without server timings, queue and prefill cannot be "
                                "separated" if not config.calibrate else "failed")
-    # --- end explain ---
     rest = recorder.take_finished()
     hists.record_interval(rest, time.monotonic_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
+    reasons, generator = check_generator(rows, selfcheck.limits_of(config))
     if status != "complete":
         reasons = []
     if reasons:
@@ -274,14 +270,15 @@ def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> 
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
-                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits())
+                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
+                           measured=np.fromiter((not r.warmup for r in sent), bool, n))
 
 
 def _lateness(samples_ns: list[int]) -> dict:
     if not samples_ns:
         return {"samples": 0}
     a = np.asarray(samples_ns, dtype=np.int64)
-    p50, p99 = np.percentile(a, [50, 99])
+    p50, p99 = metrics.quantiles(a, (0.5, 0.99))
     return {"samples": int(a.size), "p50": float(p50) / 1e6, "p99": float(p99) / 1e6, "max": float(a.max()) / 1e6,
             "probe_period_ms": LOOP_PROBE_NS / 1e6}
 
@@ -342,7 +339,7 @@ def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> str:
     elapsed_s = max(1e-9, (time.monotonic_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
-    p50 = f"{np.median(ttfts) / 1e6:.1f}ms" if ttfts else "-"
+    p50 = f"{metrics.quantiles(ttfts, (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
     return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
             f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
             f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -45,24 +46,35 @@ class PageReport:
 
 def open_page(html: Path, png: Path, *, width: int = 1100, timeout_s: float = 60.0, tile_px: int = 0) -> PageReport:
     """tile_px > 0 also saves the page in tiles of that height (png stem + .N.png), for reading by eye."""
-    with tempfile.TemporaryDirectory(prefix="lg-chromium-") as profile:
+    # chromium's helper processes may still be writing to the profile for a moment after it exits
+    with tempfile.TemporaryDirectory(prefix="lg-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                  "--disable-extensions", "--disable-background-networking", "--disable-sync",
                                  "--disable-component-update", "--disable-default-apps",
                                  "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
                                  f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "TMPDIR": profile})   # its temporary files go with the profile
+                                env={**os.environ, "TMPDIR": profile},   # its temporary files go with the profile
+                                start_new_session=True)                  # its own process group: stopped together
         try:
             ws_url = _devtools_url(Path(profile), proc, timeout_s)
             return asyncio.run(asyncio.wait_for(_drive(ws_url, html.resolve(), png, width, tile_px), timeout_s))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    # the browser and its helpers (renderer, zygote, GPU) share the group we started it in
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(10)
+            time.sleep(0.2)          # helpers leave after the browser
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _devtools_url(profile: Path, proc: subprocess.Popen, timeout_s: float) -> str:

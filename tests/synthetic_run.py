@@ -12,7 +12,7 @@ import orjson
 import polars as pl
 
 from loadgen import hdr
-from loadgen.itl import itl_samples_ns
+from loadgen.metrics import itl_samples_ns
 from loadgen.results import REQUEST_SCHEMA, TOKEN_SCHEMA
 
 MS = 1_000_000

@@ -4,7 +4,7 @@ A continuous-batching engine that admits a prompt runs its prefill in the same s
 decodes, so every running stream sees one long gap ending about when the newcomer's first token goes out
 (with chunked prefill: several smaller gaps while its chunks run). Rule, per request r:
 - gaps: consecutive chunk groups of r (chunks stamped at the same t_ns form one group, as in
-  summary.itl_ms); `gap_ns` = t - prev, over `k` tokens; `baseline_ns` = the BASELINE_Q quantile of
+  the ITL rule in metrics.py); `gap_ns` = t - prev, over `k` tokens; `baseline_ns` = the BASELINE_Q quantile of
   r's per-token gaps (gap / k): its decode-only step time (under chunked prefill most steps carry some
   prefill work, so the median would hide the very stalls it should reveal); a gap of k tokens is
   expected to last k * baseline (as in the ITL rule: tokens read together shared the wait);
@@ -12,6 +12,7 @@ decodes, so every running stream sees one long gap ending about when the newcome
   or its tokens arrive bunched in one read (they were emitted on time). So the gap's excess is
   `excess = gap - k * baseline - max(0, k_next * baseline - next gap)`, and a gap is elevated when
   excess > baseline * rel + abs_ns;
+  (abs_ns rises to twice the run's measured event-loop lateness p99 when that is larger: StallRule.for_run);
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
   [first_token_q - max(span_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
   token lands inside the gap or q was prefilling during it. span_q is q's prefill, or, where that is
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen.metrics import request_gaps as gaps
+
 
 BASELINE_Q = 0.1
 ATTRIBUTION_REACH = 1.25
@@ -43,26 +46,17 @@ class StallRule:
     abs_ns: int = 2_000_000
     eps_ns: int = 1_000_000
 
+    client_lateness_ns: int = 0   # how late the client itself may read (the run's loop lateness p99)
 
-def gaps(tokens: pl.DataFrame) -> pl.DataFrame:
-    """request_id, rid (an integer key per request), t_ns, prev_ns, gap_ns, k (tokens in the group at
-    t_ns) for every gap of every stream.
-    tokens.parquet holds each request's chunks contiguously in idx order (results.py writes it so): then
-    no sort is needed (a sort of 10 M string-keyed rows costs seconds); otherwise it sorts."""
-    t = tokens.lazy().filter(pl.col("n_tokens") > 0).with_columns(
-        rid=pl.col("request_id").cast(pl.Categorical).to_physical().cast(pl.Int64)).collect()
-    same = (pl.col("rid") == pl.col("rid").shift(1)).fill_null(False)
-    check = t.select(changes=(~same).sum(), unique=pl.col("rid").n_unique(),
-                     backwards=(same & (pl.col("t_ns").diff() < 0)).sum())
-    if t.height and not (check["changes"][0] == check["unique"][0] and check["backwards"][0] == 0):
-        t = t.sort("rid", "t_ns")
-    return (t.lazy()
-            .with_columns(same=same, prev_ns=pl.col("t_ns").shift(1))
-            .with_columns(first=~pl.col("same") | (pl.col("t_ns") != pl.col("prev_ns")))
-            .with_columns(k=pl.col("n_tokens").sum().over(pl.col("first").cum_sum()))
-            .filter(pl.col("first") & pl.col("same"))
-            .select("request_id", "rid", "t_ns", "prev_ns", (pl.col("t_ns") - pl.col("prev_ns")).alias("gap_ns"), "k")
-            .collect())
+    @classmethod
+    def for_run(cls, manifest: dict) -> "StallRule":
+        # The client's own measured lateness L (the run's event-loop probe, p99) bounds read jitter: a gap
+        # read L late at its end and on time at its start looks L longer, and the baseline of a jittery
+        # stream sits up to L below the true step, so an excess up to 2 L is indistinguishable from the
+        # client reading late. On a busy host the absolute floor rises to that.
+        late_ms = ((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0
+        late_ns = round(late_ms * 1e6)
+        return cls(abs_ns=max(cls.abs_ns, 2 * late_ns), client_lateness_ns=late_ns)
 
 
 def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> pl.DataFrame:

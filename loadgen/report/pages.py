@@ -7,7 +7,6 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from loadgen.analysis.explain import load_metrics
 from loadgen.results import ResultsError, Run
 
 
@@ -18,7 +17,7 @@ def render_run_page(fmt: str, summary: dict, run: Run, decomposition: pl.DataFra
         return render_run(summary)
     from loadgen.report.html import render_run
 
-    return render_run(summary, run, decomposition, load_metrics(run))
+    return render_run(summary, run, decomposition, run.server_metrics())
 
 
 def render_sweep_or_compare(path: str, fmt: str) -> str | None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import heapq
 import os
 import select
 import selectors
 import time
+
+from loadgen.deadlines import DeadlineHeap
 
 # wake this early and spin the rest; costs up to ~SPIN_NS of CPU per wake-up
 SPIN_NS = int(float(os.environ.get("LOADGEN_SIM_SPIN_US", "300")) * 1000)
@@ -54,29 +55,23 @@ class _Ticker:
     # per stream: waiters never queue behind each other's spins.
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.heap: list[tuple[int, int, asyncio.Future]] = []
-        self.seq = 0
+        self.waiters = DeadlineHeap()   # the client's deadline machinery (loadgen/deadlines.py)
         self.wake: asyncio.Future | None = None
         self.task = loop.create_task(self.run())
 
     def add(self, due_ns: int) -> asyncio.Future:
-        fut = self.loop.create_future()
-        self.seq += 1
-        heapq.heappush(self.heap, (due_ns, self.seq, fut))
-        if self.heap[0][2] is fut and self.wake is not None and not self.wake.done():
+        fut, earliest = self.waiters.add(self.loop, due_ns)
+        if earliest and self.wake is not None and not self.wake.done():
             self.wake.set_result(None)  # a new earliest deadline: re-plan
         return fut
 
     async def run(self) -> None:
-        heap = self.heap
         while True:
-            while heap and heap[0][2].done():  # cancelled waiters
-                heapq.heappop(heap)
-            if not heap:
+            due = self.waiters.earliest()
+            if due is None:
                 self.wake = self.loop.create_future()
                 await self.wake
                 continue
-            due = heap[0][0]
             now = time.monotonic_ns()
             if due - now > SPIN_NS:
                 self.wake = self.loop.create_future()
@@ -86,11 +81,7 @@ class _Ticker:
                 continue
             while time.monotonic_ns() < due:
                 pass
-            now = time.monotonic_ns()
-            while heap and heap[0][0] <= now:
-                fut = heapq.heappop(heap)[2]
-                if not fut.done():
-                    fut.set_result(None)
+            self.waiters.release(time.monotonic_ns())
             await asyncio.sleep(0)
 
 
