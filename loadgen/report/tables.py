@@ -65,6 +65,15 @@ def overview(s: dict) -> Table:
             ["throughput (ok req/s)", Key("throughput.requests_per_s")],
             ["throughput (output tok/s)", Key("throughput.output_tokens_per_s")]]
     rows += [[f"outcome {k}", Key(f"outcomes.{k}")] for k in sorted(s.get("outcomes") or {})]
+    # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them
+    if isinstance(s.get("load"), dict) and "loop" in s["load"]:
+        rows.append(["load loop", Key("load.loop")])
+    for k in sorted(s.get("slo") or {}):
+        rows.append([f"SLO {k}", Key(f"slo.{k}")])
+    g = s.get("goodput")
+    if isinstance(g, dict):
+        rows += [[label, Key(f"goodput.{k}")] for label, k in (("goodput (req/s)", "requests_per_s"),
+                                                                ("SLO attainment", "attainment")) if k in g]
     return Table("Requests, rate, throughput", ["", "value"], rows)
 
 

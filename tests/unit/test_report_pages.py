@@ -267,3 +267,18 @@ def test_a_json_file_that_is_neither_is_a_clear_error(tmp_path, capsys):
     f.write_text('{"kind": "something"}')
     assert main(["report", str(f), "--format", "html"]) == 2
     assert "not a sweep summary or a compare result" in capsys.readouterr().err
+
+
+def test_goodput_and_slo_rows_appear_when_the_summary_has_them():
+    from loadgen.report.markdown import table_md
+    from loadgen.report.tables import overview
+
+    s = {"requests": {"scheduled": 10, "ok": 9, "failed": 1, "dropped": 0}, "outcomes": {"ok": 9, "timeout": 1},
+         "rate": {"offered_per_s": 2.0, "achieved_per_s": 2.0},
+         "throughput": {"requests_per_s": 1.8, "output_tokens_per_s": 57.3}, "load": {"loop": "closed"},
+         "slo": {"ttft_ms": 500.0}, "goodput": {"attainment": 0.8, "requests_per_s": 1.6}}
+    rows = {r[""]: r["value"] for r in markdown_tables("\n".join(table_md(overview(s), s)))[
+        "Requests, rate, throughput"]}
+    assert rows["load loop"] == "closed" and agrees(rows["SLO ttft_ms"], 500.0)
+    assert agrees(rows["goodput (req/s)"], 1.6) and agrees(rows["SLO attainment"], 0.8)
+    assert "goodput (req/s)" not in str(overview({**s, "goodput": None}).rows)
