@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test bench lint clean
+.PHONY: install run test bench lint clean chromium report-demo
 
 install: $(STAMP)
 
@@ -18,11 +18,28 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart)"
 
+# The HTML report's browser test needs Debian's chromium (a system package: apt, as root or through sudo).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium is missing: installing Debian's chromium package for the HTML report's browser test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q chromium >/dev/null || { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
+	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
+
 # Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
 # non-zero exit as failure.
-test: install
+test: install chromium
 	$(BIN)/ruff check loadgen tests
 	$(BIN)/python -m pytest
+
+# A demo HTML + Markdown report of a simulator run where long prompts stall running streams.
+report-demo: install
+	$(BIN)/loadgen run workloads/chunked-prefill-interference.toml --out results/report-demo --quiet \
+	  --scrape-metrics --scrape-interval 200ms --sim-args=--per-request-metrics || [ $$? -eq 3 ]
+	$(BIN)/loadgen report results/report-demo --format html --out results/report-demo/report.html
+	$(BIN)/loadgen report results/report-demo --format md --out results/report-demo/report.md
+	@echo "wrote results/report-demo/report.html and report.md"
 
 bench: install
 	$(BIN)/python -m tests.bench

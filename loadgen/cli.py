@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="summarize a results folder",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("run_dir")
-    rep.add_argument("--format", choices=("text", "json"), default="text")
+    rep.add_argument("--format", choices=("text", "json", "html", "md"), default="text",
+                     help="html: one self-contained file with plots (docs/html-report.md); md: for issues and PRs")
     rep.add_argument("--out", help="write the report to this file instead of stdout")
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
     rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
@@ -116,6 +117,13 @@ def _report(args: argparse.Namespace) -> int:
     from loadgen.report import to_json, to_text
     from loadgen.results import read_run
 
+    if args.format in ("html", "md"):  # a sweep's or a comparison's page
+        from loadgen.report.pages import render_sweep_or_compare
+
+        page = render_sweep_or_compare(args.run_dir, args.format)
+        if page is not None:
+            Path(args.out).write_text(page) if args.out else sys.stdout.write(page)
+            return 0
     run = read_run(args.run_dir)
     summary = summarize(run)
     # decomposition, diagnosis, roofline; decomposition.parquet
@@ -137,8 +145,13 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     summary.update(section)
     run.write_decomposition(decomposition)
+    summary.setdefault("config", run.manifest.get("config"))  # the resolved config, shown by every format
     run.write_summary(summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
+    if args.format in ("html", "md"):
+        from loadgen.report.pages import render_run_page
+
+        text = render_run_page(args.format, summary, run, decomposition)
     if args.out:
         Path(args.out).write_text(text)
     else:

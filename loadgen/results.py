@@ -83,6 +83,7 @@ class Summary(TypedDict, total=False):
     calibration: dict | str
     roofline: dict | None
     diagnosis: list[dict]
+    config: dict                   # the run's resolved config (manifest.config)
 
 
 @dataclass

@@ -1,0 +1,55 @@
+"""`loadgen report RUN --format md`: a compact Markdown summary (tables, verdict, diagnosis) to paste into an
+issue or a pull request. The same table specifications and number format as the HTML report
+(tables.py), so every number equals the JSON report's value, rounded for reading."""
+from __future__ import annotations
+
+from loadgen.analysis.decompose import COMPONENTS
+from loadgen.report import tables
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def cell(c: tables.Cell, s: dict) -> str:
+    return _escape(tables.text(c, s) if isinstance(c, tables.Key) else c)
+
+
+def table_md(t: tables.Table | None, s: dict) -> list[str]:
+    if t is None:
+        return []
+    lines = [f"**{t.title}**" + (f" ({_escape(t.note)})" if t.note else ""), "",
+             "| " + " | ".join(h or " " for h in t.headers) + " |",
+             "|" + "|".join(":--" if i == 0 else "--:" for i in range(len(t.headers))) + "|"]
+    lines += ["| " + " | ".join(cell(c, s) for c in row) + " |" for row in t.rows]
+    return lines + [""]
+
+
+def verdict_md(s: dict) -> list[str]:
+    if s.get("valid"):
+        return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
+    return ["**INVALID run**: its latencies include the client's own delay.", "",
+            *(f"- {_escape(r)}" for r in s.get("invalid_reasons") or []), ""]
+
+
+def diagnosis_md(s: dict) -> list[str]:
+    findings = s.get("diagnosis")
+    if findings is None:
+        return []
+    if not findings:
+        return ["**Diagnosis**: no rule fired.", ""]
+    return ["**Diagnosis**", "", *(f"- **{f['rule']}**: {_escape(f['finding'])} *Remedy:* {_escape(f['remedy'])}"
+                                   for f in findings), ""]
+
+
+def render_run(summary: dict) -> str:
+    s = summary
+    t = tables
+    lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",
+             f"`{s['run']['path']}` against `{s['run']['target']}`", ""]
+    lines += verdict_md(s)
+    for table in (t.overview(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s)):
+        lines += table_md(table, s)
+    lines += diagnosis_md(s)
+    lines += table_md(t.config_rows(s), s)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,258 @@
+"""HTML and Markdown pages of a sweep (`sweep_summary.json`) and of a comparison (`loadgen compare --format
+json`), both as documented in docs/sweep-and-compare.md. A thin layer over the run report's pieces: the
+same table specifications (tables.py, numbers rendered from the dict and tagged with their path), the same
+charts (svg.py: curves against the rate, confidence bands, overlaid CDFs, forest plot of relative changes).
+
+`loadgen report PATH --format html|md` picks the page by what PATH is: a results folder (the run report),
+a sweep folder (holding sweep_summary.json) or a sweep_summary.json, or a compare JSON file.
+Every key is read with .get: a missing block is left out, never invented.
+"""
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+
+from loadgen.report import tables
+from loadgen.report.html import key_span, page, table_html
+from loadgen.report.markdown import table_md
+from loadgen.report.svg import COMPONENT_COLORS, PALETTE, Cdf, Series, cdf_chart, interval_chart, line_chart
+
+Key = tables.Key
+LAT = ("ttft", "tpot", "itl", "e2e")
+VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728", "indistinguishable": "#7f7f7f"}
+
+
+def kind_of(d: dict) -> str | None:
+    return {"loadgen-sweep-summary": "sweep", "loadgen-compare": "compare"}.get(d.get("kind"))
+
+
+# --- sweep -------------------------------------------------------------------------------------------------
+
+def sweep_table(d: dict) -> tables.Table:
+    cols = [("rate (req/s)", "rate_per_s"), ("status", "status"), ("offered", "offered_per_s"),
+            ("completed", "completed_per_s"), ("TTFT p50", "latency_ms.ttft.p50"), ("TTFT p99", "latency_ms.ttft.p99"),
+            ("TPOT p99", "latency_ms.tpot.p99"), ("e2e p99", "latency_ms.e2e.p99"),
+            ("tok/s", "throughput.output_tokens_per_s"), ("keeps up", "keeps_up")]
+    if any(p.get("goodput") for p in d.get("points", [])):
+        cols += [("goodput", "goodput.requests_per_s"), ("attainment", "goodput.attainment")]
+    rows = []
+    for i, p in enumerate(d.get("points", [])):
+        row = []
+        for _, path in cols:
+            try:
+                tables.lookup(p, path)
+                row.append(Key(f"points.{i}.{path}"))
+            except (KeyError, IndexError, TypeError):
+                row.append("-")
+        rows.append(row)
+    return tables.Table("Points (latency ms, rates req/s)", [c for c, _ in cols], rows)
+
+
+KNEE_ROWS = (("knee", "knee (req/s)", "rate_per_s"), ("knee", "first saturated (req/s)", "first_saturated_per_s"),
+             ("knee", "TTFT knee (req/s)", "ttft_knee_per_s"),
+             ("knee", "low-load TTFT p99 (ms)", "low_load_ttft_p99_ms"),
+             ("max_goodput", "max goodput at (req/s)", "rate_per_s"),
+             ("max_goodput", "goodput (req/s)", "goodput_per_s"), ("max_goodput", "attainment", "attainment"),
+             ("search", "points", "points"), ("search", "resolution (relative)", "resolution_rel"))
+
+
+def knee_table(d: dict) -> tables.Table | None:
+    rows = [[label, Key(f"{block}.{k}")] for block, label, k in KNEE_ROWS if k in (d.get(block) or {})]
+    return tables.Table("Saturation", ["", "value"], rows) if rows else None
+
+
+def _curve(d: dict, path: str) -> tuple[list[float], list[float | None]]:
+    xs, ys = [], []
+    for p in d.get("points", []):
+        try:
+            v = tables.lookup(p, path)
+        except (KeyError, IndexError, TypeError):
+            v = None
+        xs.append(p["rate_per_s"])
+        ys.append(v)
+    return xs, ys
+
+
+def _knee_marker(d: dict) -> list[tuple[float, str, str]]:
+    k = (d.get("knee") or {}).get("rate_per_s")
+    return [(k, f"knee {key_span(d, 'knee.rate_per_s')}/s", "#444")] if k else []
+
+
+def sweep_html(d: dict) -> str:
+    sw = d.get("sweep", {})
+    marks = _knee_marker(d)
+    charts = []
+    lat = []
+    for i, m in enumerate(("ttft", "e2e")):
+        for q, dashed in (("p50", True), ("p99", False)):
+            xs, ys = _curve(d, f"latency_ms.{m}.{q}")
+            lat.append(Series(f"{m} {q}", xs, ys, color=PALETTE[i], dashed=dashed, points=True))
+    charts.append(line_chart("Latency vs rate", lat, y_kind="log", x_label="rate (req/s)", y_label="ms",
+                             plot_id="sweep-latency", markers=marks))
+    tok = []
+    for i, m in enumerate(("tpot", "itl")):
+        for q, dashed in (("p50", True), ("p99", False)):
+            xs, ys = _curve(d, f"latency_ms.{m}.{q}")
+            tok.append(Series(f"{m} {q}", xs, ys, color=PALETTE[2 + i], dashed=dashed, points=True))
+    charts.append(line_chart("Per-token latency vs rate", tok, x_label="rate (req/s)", y_label="ms",
+                             plot_id="sweep-tpot", markers=marks))
+    thr = [Series("offered", *_curve(d, "offered_per_s"), dashed=True, points=True),
+           Series("completed", *_curve(d, "completed_per_s"), points=True)]
+    if any(p.get("goodput") for p in d.get("points", [])):
+        thr.append(Series("goodput", *_curve(d, "goodput.requests_per_s"), points=True))
+    charts.append(line_chart("Throughput and goodput vs rate", thr, x_label="rate (req/s)", y_label="req/s",
+                             plot_id="sweep-throughput", markers=marks))
+    charts.append(line_chart("Output tokens/s vs rate", [Series("output tok/s", *_curve(
+        d, "throughput.output_tokens_per_s"), points=True, color=PALETTE[2])], x_label="rate (req/s)",
+        y_label="tok/s", plot_id="sweep-tokens", markers=marks))
+    comps = ("queue", "prefill", "decode", "decode_stalls", "send_lag")
+    charts.append(line_chart("Decomposition vs rate (mean ms)", [
+        Series(c, *_curve(d, f"decomposition_mean_ms.{c}"), color=COMPONENT_COLORS[c], points=True)
+        for c in comps], x_label="rate (req/s)", y_label="ms", plot_id="sweep-decomposition", markers=marks))
+    slo = d.get("slo")
+    body = [f"<h1>loadgen sweep: {escape(str(sw.get('workload')))}</h1>",
+            f'<p class="note">folder <span data-s="sweep.path">{escape(str(sw.get("path")))}</span> · mode '
+            f'<span data-s="sweep.mode">{escape(str(sw.get("mode")))}</span> · status '
+            f'<span data-s="sweep.status">{escape(str(sw.get("status")))}</span></p>',
+            table_html(knee_table(d), d),
+            "<p class=\"note\">SLOs: " + (", ".join(f'{escape(k)} <span data-k="slo.{escape(k)}">'
+                                                   f'{escape(tables.show(v))}</span>' for k, v in slo.items())
+                                         if slo else "none") + "</p>",
+            "".join(charts), table_html(sweep_table(d), d)]
+    return page(f"loadgen sweep: {sw.get('workload')}", body)
+
+
+def sweep_md(d: dict) -> str:
+    sw = d.get("sweep", {})
+    lines = [f"### loadgen sweep: {sw.get('workload')}", "", f"`{sw.get('path')}` · mode {sw.get('mode')} · "
+             f"status {sw.get('status')}", ""]
+    lines += table_md(knee_table(d), d) + table_md(sweep_table(d), d)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --- compare -----------------------------------------------------------------------------------------------
+
+def _label(m: dict) -> str:
+    return str(m.get("metric")) if m.get("stat") == "value" else f"{m.get('stat')} {m.get('metric')}"
+
+
+def metrics_table(c: dict, i: int) -> tables.Table:
+    """All metrics of comparison i; for a sweep comparison one block of rows per rate (first column)."""
+    sweep = c.get("kind") == "sweep"
+    blocks = ([(f"comparisons.{i}.points.{j}", p.get("metrics", [])) for j, p in enumerate(c.get("points", []))]
+              if sweep else [(f"comparisons.{i}", c.get("metrics", []))])
+    rows = []
+    for base, metrics in blocks:
+        for j, m in enumerate(metrics):
+            p = f"{base}.metrics.{j}"
+            rows.append([*([Key(f"{base}.rate_per_s")] if sweep else []),
+                         f"{_label(m)} ({m.get('unit', '')})", Key(f"{p}.a"), Key(f"{p}.a_ci"),
+                         Key(f"{p}.b"), Key(f"{p}.b_ci"), Key(f"{p}.rel", pct=True), Key(f"{p}.rel_ci", pct=True),
+                         Key(f"{p}.verdict")])
+    return tables.Table("Metrics", [*(["rate (req/s)"] if sweep else []), "metric", "A", "A CI", "B", "B CI",
+                                    "change", "change CI", "verdict"], rows)
+
+
+def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
+    # relative changes (fractions) drawn in % on the axis
+    rows = [(_label(m), m["rel"] * 100,
+             [x * 100 for x in m["rel_ci"]] if m.get("rel_ci") and None not in m["rel_ci"] else None,
+             VERDICT_COLORS.get(m.get("verdict"), "#444"), "") for m in metrics if m.get("rel") is not None]
+    if not rows:
+        return ""
+    return interval_chart(title, rows, x_label="change of B from A (%), confidence interval", plot_id=plot_id)
+
+
+def _overlaid_cdfs(c: dict, i: int) -> str:
+    """The two runs' CDFs, overlaid, when their results folders are still readable (not part of the JSON)."""
+    from loadgen.report import figures
+    from loadgen.results import ResultsError, read_run
+
+    try:
+        runs = [read_run(c["a"]), read_run(c["b"])]
+    except (ResultsError, KeyError, OSError):
+        return ""
+    samples = [figures.latency_samples(r) for r in runs]
+    out = []
+    for m, label in (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "e2e")):
+        cdfs = [Cdf(f"{'AB'[k]}: {Path(str(c['ab'[k]])).name}", *figures.cdf_points(s[m]), color=PALETTE[k])
+                for k, s in enumerate(samples)]
+        out.append(cdf_chart(f"CDF of {label}: A and B overlaid", cdfs, plot_id=f"compare-{i}-cdf-{m}"))
+    return "".join(out)
+
+
+def _sweep_curves(c: dict, i: int) -> str:
+    """Per metric of a sweep comparison: A's and B's curves against the rate with their confidence bands."""
+    by_metric: dict[tuple[str, str], dict[str, list]] = {}
+    for p in c.get("points", []):
+        for m in p.get("metrics", []):
+            e = by_metric.setdefault((m.get("metric"), m.get("stat")), {"x": [], "a": [], "b": [], "a_ci": [],
+                                                                         "b_ci": [], "unit": m.get("unit", "")})
+            e["x"].append(p["rate_per_s"])
+            for k in ("a", "b"):
+                e[k].append(m.get(k))
+                e[k + "_ci"].append(m.get(k + "_ci") or [None, None])
+    out = []
+    for (metric, stat), e in by_metric.items():
+        if metric not in (*LAT, "throughput", "goodput") or stat not in ("p99", "value", "p50"):
+            continue
+        series = [Series(f"{k.upper()}", e["x"], e[k], color=PALETTE[n], points=True,
+                         band=([ci[0] for ci in e[k + "_ci"]], [ci[1] for ci in e[k + "_ci"]]))
+                  for n, k in enumerate(("a", "b"))]
+        out.append(line_chart(f"{stat} {metric} vs rate: A and B with confidence bands", series, x_label="rate (req/s)",
+                              y_label=e["unit"], plot_id=f"compare-{i}-{metric}-{stat}"))
+    return "".join(out)
+
+
+def compare_html(d: dict, *, read_runs: bool = True) -> str:
+    body = [f"<h1>loadgen compare: baseline {escape(str(d.get('baseline')))}</h1>"]
+    method = d.get("method") or {}
+    body.append(f'<p class="note"><span data-s="method.resampling">{escape(str(method.get("resampling", "")))}'
+                '</span> · '
+                f'<span data-k="method.resamples">{escape(tables.show(method.get("resamples")))}</span> resamples · '
+                f'confidence <span data-k="method.confidence">{escape(tables.show(method.get("confidence")))}</span>'
+                f' · percentiles {escape(str(method.get("percentiles", "")))}</p>')
+    failed = d.get("failed_rules") or []
+    if failed:
+        body.append('<div class="verdict invalid">Failed rules:<ul>' + "".join(
+            f'<li data-s="failed_rules.{j}">{escape(r)}</li>' for j, r in enumerate(failed)) + "</ul></div>")
+    for i, c in enumerate(d.get("comparisons", [])):
+        body.append(f'<h2>B <span data-s="comparisons.{i}.b">{escape(str(c.get("b")))}</span> vs A '
+                    f'<span data-s="comparisons.{i}.a">{escape(str(c.get("a")))}</span></h2>')
+        diffs = (c.get("same_work") or {}).get("differences") or []
+        if diffs:
+            body.append('<p class="verdict invalid">Not the same work: ' + ", ".join(
+                f'<span data-s="comparisons.{i}.same_work.differences.{j}.field">{escape(str(x.get("field")))}'
+                "</span>" for j, x in enumerate(diffs)) + "</p>")
+        if c.get("kind") == "sweep":
+            body.append(_sweep_curves(c, i))
+        else:
+            body.append(_forest(c.get("metrics", []), "Relative change of B from A", f"compare-{i}-forest"))
+            if read_runs:
+                body.append(_overlaid_cdfs(c, i))
+        body.append(table_html(metrics_table(c, i), d))
+        rules = c.get("fail_if") or []
+        if rules:
+            body.append("<ul>" + "".join(f'<li><span data-s="comparisons.{i}.fail_if.{j}.rule">{escape(r["rule"])}'
+                                         f'</span>: {"HELD" if r.get("held") else "not held"}</li>'
+                                         for j, r in enumerate(rules)) + "</ul>")
+    return page(f"loadgen compare: {d.get('baseline')}", body)
+
+
+def compare_md(d: dict) -> str:
+    lines = [f"### loadgen compare: baseline `{d.get('baseline')}`", ""]
+    lines += [f"- **FAILED** {r}" for r in d.get("failed_rules") or []]
+    for i, c in enumerate(d.get("comparisons", [])):
+        lines += ["", f"**B `{c.get('b')}` vs A `{c.get('a')}`**", ""]
+        diffs = (c.get("same_work") or {}).get("differences") or []
+        if diffs:
+            lines += ["Not the same work: " + ", ".join(str(x.get("field")) for x in diffs), ""]
+        lines += table_md(metrics_table(c, i), d)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render(d: dict, fmt: str) -> str:
+    kind = kind_of(d)
+    if kind == "sweep":
+        return sweep_html(d) if fmt == "html" else sweep_md(d)
+    return compare_html(d) if fmt == "html" else compare_md(d)

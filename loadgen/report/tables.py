@@ -1,0 +1,159 @@
+"""The tables of the HTML and Markdown reports, as specifications over the summary dict.
+
+A cell is either literal text or a `Key`: a dotted path into the summary (`latency_ms.ttft.p99`,
+`by_prompt_tokens.0.n`). Both renderers turn a Key into text with `show`, the one number format of every
+report (loadgen.report._f for floats), so what the HTML and the Markdown print is the JSON report's value,
+rounded for reading, and a test can check it by resolving the same path in `loadgen report --format json`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadgen.analysis.summary import METRICS, STATS
+from loadgen.report import _f
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str
+    pct: bool = False    # a fraction shown as a signed percentage (compare's relative changes)
+
+
+Cell = str | Key
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list[Cell]]
+    note: str = ""
+
+
+def lookup(summary: dict, path: str):
+    v = summary
+    for part in path.split("."):
+        v = v[int(part)] if isinstance(v, list) else v[part]
+    return v
+
+
+def text(c: Key, summary: dict) -> str:
+    v = lookup(summary, c.path)
+    if c.pct and v is not None:
+        return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
+    return show(v)
+
+
+def show(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, list):       # a confidence interval [low, high]
+        return " – ".join(show(x) for x in v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _f(v)
+    return str(v)
+
+
+def overview(s: dict) -> Table:
+    rows = [["requests scheduled", Key("requests.scheduled")], ["ok", Key("requests.ok")],
+            ["failed", Key("requests.failed")], ["dropped", Key("requests.dropped")],
+            ["offered rate (req/s)", Key("rate.offered_per_s")], ["achieved rate (req/s)", Key("rate.achieved_per_s")],
+            ["throughput (ok req/s)", Key("throughput.requests_per_s")],
+            ["throughput (output tok/s)", Key("throughput.output_tokens_per_s")]]
+    rows += [[f"outcome {k}", Key(f"outcomes.{k}")] for k in sorted(s.get("outcomes") or {})]
+    # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them
+    if isinstance(s.get("load"), dict) and "loop" in s["load"]:
+        rows.append(["load loop", Key("load.loop")])
+    for k in sorted(s.get("slo") or {}):
+        rows.append([f"SLO {k}", Key(f"slo.{k}")])
+    g = s.get("goodput")
+    if isinstance(g, dict):
+        rows += [[label, Key(f"goodput.{k}")] for label, k in (("goodput (req/s)", "requests_per_s"),
+                                                                ("SLO attainment", "attainment")) if k in g]
+    return Table("Requests, rate, throughput", ["", "value"], rows)
+
+
+def latency(s: dict) -> Table:
+    return Table("Latency (ms)", ["metric", *STATS],
+                 [[m, *(Key(f"latency_ms.{m}.{st}") for st in STATS)] for m in METRICS if m in s["latency_ms"]],
+                 "exact percentiles over all samples, summary.json `latency_ms`")
+
+
+def histograms(s: dict) -> Table | None:
+    h = s.get("histograms")
+    if not h:
+        return None
+    cols = ("count", "p50", "p99", "max", "out_of_range")
+    return Table("HdrHistogram interval logs (ms, cross-check)", ["metric", *cols],
+                 [[m, *(Key(f"histograms.{m}.{c}") for c in cols)] for m in h])
+
+
+def generator(s: dict) -> Table | None:
+    g = s.get("generator")
+    if not g or g.get("send_lag_p99_ms") is None:
+        return None
+    rows = [[label, Key(f"generator.{k}")] for label, k in (
+        ("send lag p99 (ms)", "send_lag_p99_ms"), ("send lag max (ms)", "send_lag_max_ms"),
+        ("overdue sends", "overdue"), ("dispatch-gap CV", "cv_dispatch"), ("dispatch-gap CV of the plan", "cv_plan"))
+        if k in g]
+    if isinstance(g.get("loop_lateness_ms"), dict) and "p99" in g["loop_lateness_ms"]:
+        rows.append(["event-loop lateness p99 (ms)", Key("generator.loop_lateness_ms.p99")])
+    return Table("Generator self-check", ["", "value"], rows)
+
+
+DECOMPOSITION_COLUMNS = (("mean", "mean"), ("at p99 e2e", "p99_e2e"), ("at p99 TTFT", "p99_ttft"))
+
+
+def decomposition(s: dict, components: tuple[str, ...]) -> Table | None:
+    d = s.get("decomposition_ms")
+    if not d:
+        return None
+    rows = [[("  " + c) if c.startswith("decode_") else c, *(Key(f"decomposition_ms.{k}.{c}")
+                                                             for _, k in DECOMPOSITION_COLUMNS)] for c in components]
+    rows.append(["requests", Key("decomposition_ms.n"), Key("decomposition_ms.p99_e2e.n"),
+                 Key("decomposition_ms.p99_ttft.n")])
+    rows.append(["threshold", "", Key("decomposition_ms.p99_e2e.threshold_ms"),
+                 Key("decomposition_ms.p99_ttft.threshold_ms")])
+    return Table("Where the time went (ms)", ["component", *(c for c, _ in DECOMPOSITION_COLUMNS)], rows,
+                 f"method: {d.get('method')}")
+
+
+def by_prompt(s: dict) -> Table | None:
+    bins = s.get("by_prompt_tokens") or []
+    if not bins:
+        return None
+    cols = ("prompt_tokens_min", "prompt_tokens_max", "n", "ttft_p50", "tpot_p50", "queue_mean", "prefill_mean")
+    return Table("By prompt length", ["min tokens", "max tokens", "n", "TTFT p50", "TPOT p50", "queue mean",
+                                      "prefill mean"],
+                 [[Key(f"by_prompt_tokens.{i}.{c}") for c in cols] for i in range(len(bins))], "ms")
+
+
+def server_crosscheck(s: dict) -> Table | None:
+    h = s.get("server_histograms_ms")
+    if not h:
+        return None
+    return Table("Server histograms (mean ms, cross-check)", ["queue", "prefill", "decode", "n"],
+                 [[Key(f"server_histograms_ms.{k}") if k in h else "-" for k in ("queue", "prefill", "decode", "n")]])
+
+
+def config_rows(s: dict) -> Table | None:
+    c = s.get("config")
+    if not isinstance(c, dict):
+        return None
+    keys = [("name", "config.name"), ("model", "config.model"), ("api", "config.api"), ("backend", "config.backend"),
+            ("arrivals", "config.arrivals.process"), ("rate (req/s)", "config.arrivals.rate_per_s"),
+            ("requests", "config.requests"), ("duration (ns)", "config.duration_ns"),
+            ("warm-up requests", "config.warmup_requests"), ("max concurrency", "config.max_concurrency"),
+            ("seed", "config.seed"), ("target", "run.target")]
+    rows = []
+    for label, path in keys:
+        try:
+            lookup(s, path)
+        except (KeyError, IndexError, TypeError):
+            continue
+        rows.append([label, Key(path)])
+    return Table("Configuration", ["", "value"], rows)
