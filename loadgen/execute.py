@@ -31,7 +31,7 @@ from typing import TextIO
 import numpy as np
 import uvloop
 
-from loadgen import __version__, selfcheck
+from loadgen import __version__, metrics, selfcheck
 from loadgen.backends import make_backend
 from loadgen.clock import Clock, TimerfdClock
 from loadgen.config import RunConfig, redact_url
@@ -274,14 +274,15 @@ def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> 
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
-                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits())
+                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
+                           measured=np.fromiter((not r.warmup for r in sent), bool, n))
 
 
 def _lateness(samples_ns: list[int]) -> dict:
     if not samples_ns:
         return {"samples": 0}
     a = np.asarray(samples_ns, dtype=np.int64)
-    p50, p99 = np.percentile(a, [50, 99])
+    p50, p99 = metrics.quantiles(a, (0.5, 0.99))
     return {"samples": int(a.size), "p50": float(p50) / 1e6, "p99": float(p99) / 1e6, "max": float(a.max()) / 1e6,
             "probe_period_ms": LOOP_PROBE_NS / 1e6}
 
@@ -342,7 +343,7 @@ def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> str:
     elapsed_s = max(1e-9, (time.monotonic_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
-    p50 = f"{np.median(ttfts) / 1e6:.1f}ms" if ttfts else "-"
+    p50 = f"{metrics.quantiles(ttfts, (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
     return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
             f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
             f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")

@@ -42,6 +42,8 @@ from typing import Iterable
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from loadgen import metrics
+
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e")
 
 LOWEST_US = 1
@@ -195,15 +197,16 @@ def _index_ranges(hist: HdrHistogram) -> tuple[np.ndarray, np.ndarray]:
 
 
 def percentiles_us(hist: HdrHistogram, percentiles: Iterable[float]) -> dict[float, int]:
-    # Same values as the package's get_value_at_percentile (highest equivalent value of the bucket
-    # holding the rank; lowest for 0), in one numpy pass instead of a Python loop per percentile.
-    # An empty histogram gives 0, as the package does.
+    # The value at the nearest rank ceil(p/100 * n) (metrics.rank), as HdrHistogram's Java and JavaScript
+    # implementations take it: the highest equivalent value of the bucket holding that rank (lowest for
+    # p = 0). The Python `hdrh` package rounds the rank instead (at n = 76 its p99 is the 75th value);
+    # loadgen does not follow it, so that HDR and exact percentiles agree. An empty histogram gives 0.
     cum = np.cumsum(_counts(hist))
     total = hist.get_total_count()
     low, size = _index_ranges(hist)
     out = {}
     for p in percentiles:
-        target = max(int((min(p, 100.0) * total / 100) + 0.5), 1)  # the package's rank rule
+        target = metrics.rank(min(p, 100.0) / 100, total) if total else 1
         i = int(np.searchsorted(cum, target, side="left"))
         if i >= hist.counts_len:
             out[p] = 0

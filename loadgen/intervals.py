@@ -7,8 +7,8 @@ Contract:
   ones too, and the rows finished after the last full interval go into one last, shorter interval;
 - the values are computed vectorized from the finished rows' buffers (one numpy pass per interval),
   never on the hot path;
-- metrics and rows as in analysis/summary.py: send_lag over every dispatched row, the others over ok
-  rows; itl by the per-token rule (itl_samples_ns below) so histograms and summary.json agree;
+- metrics, the rows each covers and the ITL rule come from loadgen/metrics.py, as for summary.json, so
+  the histograms and the summary agree;
 - warm-up rows are left out, as in the summary.
 Called from a worker thread: it only reads rows that are finished (no longer touched by the loop).
 """
@@ -18,37 +18,40 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen import hdr
-from loadgen.itl import itl_samples_ns
+import polars as pl
+
+from loadgen import hdr, metrics
 from loadgen.recorder import OK, Row
 
 INTERVAL_NS = 1_000_000_000
 
 
 def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
-    """The samples (ns) of every metric over these finished rows."""
+    """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py)."""
     measured = [r for r in rows if not r.warmup]
-    sent = [r for r in measured if r.dispatched_ns is not None]
+    frame = pl.DataFrame({f: [getattr(r, f) for r in measured] for f in _FIELDS},
+                         schema={**{f: pl.Int64 for f in _FIELDS}, "outcome": pl.String})
+    frame = metrics.latency_columns(frame, unit_ns=1, names=_SCALAR)
+    ok_mask = (pl.col("outcome") == OK) & pl.col("first_token_ns").is_not_null()
+    out = {}
+    for m in _SCALAR:
+        rows_m = frame.filter(ok_mask) if metrics.ROWS[m] == "ok" else frame
+        out[m] = rows_m[m].drop_nulls().to_numpy()
     ok = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
-    i64 = np.int64
-    out = {"send_lag": np.fromiter((r.dispatched_ns - r.intended_ns for r in sent), i64, len(sent))}
-    intended = np.fromiter((r.intended_ns for r in ok), i64, len(ok))
-    dispatched = np.fromiter((r.dispatched_ns for r in ok), i64, len(ok))
-    first = np.fromiter((r.first_token_ns for r in ok), i64, len(ok))
-    last = np.fromiter((r.last_token_ns for r in ok), i64, len(ok))
-    n_out = np.fromiter((r.output_tokens or 0 for r in ok), i64, len(ok))
-    out["ttft"], out["ttft_from_send"], out["e2e"] = first - intended, first - dispatched, last - intended
-    multi = n_out > 1
-    out["tpot"] = (last - first)[multi] / (n_out[multi] - 1)
-    counts = np.fromiter((len(r.chunk_t_ns) for r in ok), i64, len(ok))
+    counts = np.fromiter((len(r.chunk_t_ns) for r in ok), np.int64, len(ok))
     if counts.sum():
         t = np.concatenate([np.frombuffer(r.chunk_t_ns, dtype=np.int64) for r in ok])
         k = np.concatenate([np.asarray(r.chunk_tokens, dtype=np.int64) for r in ok])
         owner = np.repeat(np.arange(len(ok)), counts)
-        out["itl"] = itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
+        out["itl"] = metrics.itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
     else:
         out["itl"] = np.empty(0)
     return out
+
+
+_SCALAR = tuple(m for m in hdr.METRICS if m != "itl")
+_FIELDS = ("intended_ns", "dispatched_ns", "slot_wait_ns", "connected_ns", "first_token_ns", "last_token_ns",
+           "output_tokens", "outcome")
 
 
 class LiveHistograms:

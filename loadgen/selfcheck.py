@@ -2,14 +2,15 @@
 
 The invalid-run rule (any one makes the run `invalid`, exit 3, reasons in manifest.json and the report):
 1. send_lag p99 > max_send_lag_p99_ns (default 5 ms; `run.max_send_lag_p99`, `--max-send-lag-p99`).
-   send_lag here is the generator's own lateness: dispatched - intended - slot_wait (a wait for a
-   --max-concurrency slot is the user's cap, recorded separately, not the generator falling behind).
+   send_lag and the percentile rule are metrics.py's (a wait for a --max-concurrency slot is the user's
+   cap, recorded as slot_wait, not the generator falling behind), over the measured (non-warm-up) rows,
+   so the figure equals the summary's send_lag p99.
 2. achieved rate departs from the offered rate by more than `rate_tolerance` (default 2 %, relative):
    rate = (n - 1) / span, over dispatch times vs intended times.
 3. arrival shape: the coefficient of variation (CV) of the dispatch gaps departs from the CV of the
    planned gaps by more than `cv_tolerance` (default 0.1, absolute; Poisson must stay ~1, constant ~0).
 Rules 2 and 3 need at least MIN_GAPS gaps (fewer say nothing about a rate or a shape).
-Warm-up rows are included: the generator must keep the whole schedule, measured or not.
+Rules 2 and 3 include warm-up rows: the generator must keep the whole schedule, measured or not.
 
 Overdue requests: the dispatcher never skips or reshuffles the plan. A request whose deadline has passed
 (the loop was busy) is sent at once, in plan order, with its lag recorded; several overdue requests
@@ -21,6 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
+
+from loadgen import metrics
 
 MAX_SEND_LAG_P99_NS = 5_000_000
 RATE_TOLERANCE = 0.02
@@ -37,44 +41,31 @@ class Limits:
     min_gaps: int = MIN_GAPS
 
 
-def gap_cv(times_ns: np.ndarray) -> float | None:
-    t = np.sort(np.asarray(times_ns, dtype=np.int64))
-    if t.size < 3:
-        return None
-    g = np.diff(t).astype(np.float64)
-    m = g.mean()
-    return float(g.std() / m) if m > 0 else None
-
-
-def rate_per_s(times_ns: np.ndarray) -> float | None:
-    t = np.asarray(times_ns, dtype=np.int64)
-    if t.size < 2:
-        return None
-    span = int(t.max() - t.min())
-    return (t.size - 1) * 1e9 / span if span > 0 else None
-
-
 def check(intended_ns: np.ndarray, dispatched_ns: np.ndarray, slot_wait_ns: np.ndarray | None = None,
-          limits: Limits = Limits()) -> tuple[list[str], dict]:
-    """intended/dispatched: int64 ns of the dispatched rows (same order); slot_wait: 0 where none.
+          limits: Limits = Limits(), measured: np.ndarray | None = None) -> tuple[list[str], dict]:
+    """intended/dispatched: int64 ns of the dispatched rows (same order); slot_wait: 0 where none;
+    measured: False for warm-up rows (left out of the send-lag figures, as in the summary).
     Returns (reasons, stats); reasons is empty when the schedule was kept."""
     intended = np.asarray(intended_ns, dtype=np.int64)
     dispatched = np.asarray(dispatched_ns, dtype=np.int64)
     wait = np.zeros_like(intended) if slot_wait_ns is None else np.asarray(slot_wait_ns, dtype=np.int64)
     stats: dict = {"dispatched": int(intended.size)}
     reasons: list[str] = []
-    if intended.size == 0:
+    frame = pl.DataFrame({"intended_ns": intended, "dispatched_ns": dispatched, "slot_wait_ns": wait})
+    if measured is not None:
+        frame = frame.filter(pl.Series(np.asarray(measured, dtype=bool)))
+    if frame.height == 0:
         return reasons, stats
-    lag = dispatched - intended - wait
-    p50, p99 = (float(x) for x in np.percentile(lag, [50, 99]))
+    lag = metrics.latency_columns(frame, unit_ns=1, names=("send_lag",))["send_lag"].to_numpy()
+    p50, p99 = metrics.quantiles(lag, (0.5, 0.99))
     stats.update(send_lag_p50_ms=p50 / 1e6, send_lag_p99_ms=p99 / 1e6, send_lag_max_ms=float(lag.max()) / 1e6,
                  overdue=int(np.count_nonzero(lag > limits.max_send_lag_p99_ns)))
     if p99 > limits.max_send_lag_p99_ns:
         reasons.append(f"send_lag p99 is {p99 / 1e6:.2f} ms (> {limits.max_send_lag_p99_ns / 1e6:g} ms; "
                        f"{stats['overdue']} requests later than that): the generator could not keep the "
                        f"schedule, so latencies describe the client, not the server; {ADVICE}")
-    offered, achieved = rate_per_s(intended), rate_per_s(dispatched)
-    cv_plan, cv_sent = gap_cv(intended), gap_cv(dispatched)
+    offered, achieved = metrics.rate_per_s(intended), metrics.rate_per_s(dispatched)
+    cv_plan, cv_sent = metrics.gap_cv(intended), metrics.gap_cv(dispatched)
     stats.update(offered_per_s=offered, achieved_per_s=achieved, cv_plan=cv_plan, cv_dispatch=cv_sent)
     if intended.size - 1 < limits.min_gaps:
         return reasons, stats

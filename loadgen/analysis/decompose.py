@@ -1,10 +1,12 @@
 """Where each request's time went: the one place that defines every component of the decomposition.
 
 Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally calibration.json
-(analysis/calibrate.py). Only ok, non-warm-up rows are decomposed. Every component is in ms.
+(calibrate.py). Only ok, non-warm-up rows are decomposed. Every component is in ms; the client-side
+ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's definitions.
 
     e2e        = last_token - intended                       (what the user waited, from the plan)
-    send_lag   = dispatched - intended                       (the generator's own lateness)
+    send_lag   = dispatched - intended - slot_wait           (the generator's own lateness)
+    slot_wait  the wait for a --max-concurrency slot          (the user's cap; 0 without one)
     connect    = connected - dispatched                      (0 on a reused connection)
     queue      time the server held the request before it started its prefill
     prefill    time from the start of prefill to the first token
@@ -12,7 +14,7 @@ Inputs: requests.parquet and tokens.parquet (times int64 ns from t0), optionally
       decode_ideal       idle-server ITL x (output_tokens - 1): what decoding alone would have cost
       decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py)
       decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower)
-    other      e2e - send_lag - connect - queue - prefill - decode: network, HTTP, tokenization,
+    other      e2e - send_lag - slot_wait - connect - queue - prefill - decode: network, HTTP, tokenization,
                the server's own overhead (explicit residual, may be slightly negative from rounding)
 
 `method` says how queue and prefill were obtained, best first:
@@ -43,11 +45,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from loadgen import metrics
 from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls, gaps
 from loadgen.analysis.steps import scheduled_ns
 from loadgen.results import Run
 
-COMPONENTS = ("send_lag", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
+COMPONENTS = ("send_lag", "slot_wait", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
               "decode_stalls", "other")
 COLUMNS = ("request_id", "method", "e2e_ms", *(f"{c}_ms" for c in COMPONENTS), "stall_causes")
 # Context kept beside the contract columns (for windows and per-length tables).
@@ -66,18 +69,11 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
     req = run.requests.lazy().filter(~pl.col("warmup") & (pl.col("outcome") == "ok")
                                      & pl.col("first_token_ns").is_not_null())
     L = pl.coalesce("prompt_tokens", "planned_prompt_tokens")
-    ms = lambda a, b: (pl.col(a) - pl.col(b)) / NS_PER_MS  # noqa: E731
-    base = req.with_columns(
+    base = metrics.latency_columns(req, suffix="_ms").with_columns(
         L.alias("prompt_tokens"),
-        e2e_ms=ms("last_token_ns", "intended_ns"),
-        send_lag_ms=ms("dispatched_ns", "intended_ns"),
-        connect_ms=pl.coalesce(ms("connected_ns", "dispatched_ns"), pl.lit(0.0)).clip(lower_bound=0),
-        ttft_ms=ms("first_token_ns", "intended_ns"),
-        ttft_from_send_ms=ms("first_token_ns", "dispatched_ns"),
-        client_decode_ms=ms("last_token_ns", "first_token_ns"),
-        tpot_ms=pl.when(pl.col("output_tokens") > 1)
-        .then(ms("last_token_ns", "first_token_ns") / (pl.col("output_tokens") - 1)),
-    )
+        connect_ms=pl.col("connect_ms").fill_null(0.0).clip(lower_bound=0),
+        client_decode_ms=pl.col("decode_ms"),
+    ).drop("decode_ms")
     server_side = pl.col("ttft_from_send_ms") - pl.col("connect_ms")  # server TTFT + network
     has_timings = pl.col("server_prefill_ms").is_not_null()
     if calibration:
@@ -119,7 +115,7 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
             (pl.col("decode_ms") - pl.col("decode_ideal_ms")).clip(lower_bound=0)),
     ).with_columns(
         decode_contention_ms=pl.col("decode_ms") - pl.col("decode_ideal_ms") - pl.col("decode_stalls_ms"),
-        other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("connect_ms")
+        other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("slot_wait_ms") - pl.col("connect_ms")
         - pl.col("queue_ms").fill_null(0) - pl.col("prefill_ms").fill_null(0) - pl.col("decode_ms"),
     )
     return d.select(*COLUMNS, *EXTRA).sort("intended_ns")
@@ -143,7 +139,7 @@ def aggregate(d: pl.DataFrame) -> dict:
     out = {"mean": _means(d), "n": d.height}
     for key, col in (("p99_e2e", "e2e_ms"), ("p99_ttft", "ttft_ms")):
         if d.height:
-            cut = d[col].quantile(0.99, interpolation="linear")
+            cut = metrics.quantiles(d[col].to_numpy(), (0.99,))[0]
             tail = d.filter(pl.col(col) >= cut)
         else:
             cut, tail = None, d
@@ -176,7 +172,7 @@ def by_prompt_tokens(d: pl.DataFrame, bins: int = 4) -> list[dict]:
     t = (labelled.group_by("bin").agg(
         pl.len().alias("n"), pl.col("prompt_tokens").min().alias("prompt_tokens_min"),
         pl.col("prompt_tokens").max().alias("prompt_tokens_max"),
-        pl.col("ttft_ms").median().alias("ttft_p50"), pl.col("tpot_ms").median().alias("tpot_p50"),
+        metrics.quantile_expr("ttft_ms", 0.5).alias("ttft_p50"), metrics.quantile_expr("tpot_ms", 0.5).alias("tpot_p50"),
         pl.col("queue_ms").mean().alias("queue_mean"), pl.col("prefill_ms").mean().alias("prefill_mean"))
         .sort("prompt_tokens_min").drop("bin"))
     return t.to_dicts()

@@ -4,7 +4,7 @@ A continuous-batching engine that admits a prompt runs its prefill in the same s
 decodes, so every running stream sees one long gap ending about when the newcomer's first token goes out
 (with chunked prefill: several smaller gaps while its chunks run). Rule, per request r:
 - gaps: consecutive chunk groups of r (chunks stamped at the same t_ns form one group, as in
-  summary.itl_ms); `gap_ns` = t - prev, over `k` tokens; `baseline_ns` = the BASELINE_Q quantile of
+  the ITL rule in metrics.py); `gap_ns` = t - prev, over `k` tokens; `baseline_ns` = the BASELINE_Q quantile of
   r's per-token gaps (gap / k): its decode-only step time (under chunked prefill most steps carry some
   prefill work, so the median would hide the very stalls it should reveal); a gap of k tokens is
   expected to last k * baseline (as in the ITL rule: tokens read together shared the wait);
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen.metrics import request_gaps as gaps
+
 
 BASELINE_Q = 0.1
 ATTRIBUTION_REACH = 1.25
@@ -42,27 +44,6 @@ class StallRule:
     rel: float = 0.5          # client read jitter on a busy host reaches a few ms: only clear excess counts
     abs_ns: int = 2_000_000
     eps_ns: int = 1_000_000
-
-
-def gaps(tokens: pl.DataFrame) -> pl.DataFrame:
-    """request_id, rid (an integer key per request), t_ns, prev_ns, gap_ns, k (tokens in the group at
-    t_ns) for every gap of every stream.
-    tokens.parquet holds each request's chunks contiguously in idx order (results.py writes it so): then
-    no sort is needed (a sort of 10 M string-keyed rows costs seconds); otherwise it sorts."""
-    t = tokens.lazy().filter(pl.col("n_tokens") > 0).with_columns(
-        rid=pl.col("request_id").cast(pl.Categorical).to_physical().cast(pl.Int64)).collect()
-    same = (pl.col("rid") == pl.col("rid").shift(1)).fill_null(False)
-    check = t.select(changes=(~same).sum(), unique=pl.col("rid").n_unique(),
-                     backwards=(same & (pl.col("t_ns").diff() < 0)).sum())
-    if t.height and not (check["changes"][0] == check["unique"][0] and check["backwards"][0] == 0):
-        t = t.sort("rid", "t_ns")
-    return (t.lazy()
-            .with_columns(same=same, prev_ns=pl.col("t_ns").shift(1))
-            .with_columns(first=~pl.col("same") | (pl.col("t_ns") != pl.col("prev_ns")))
-            .with_columns(k=pl.col("n_tokens").sum().over(pl.col("first").cum_sum()))
-            .filter(pl.col("first") & pl.col("same"))
-            .select("request_id", "rid", "t_ns", "prev_ns", (pl.col("t_ns") - pl.col("prev_ns")).alias("gap_ns"), "k")
-            .collect())
 
 
 def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> pl.DataFrame:

@@ -1,19 +1,10 @@
 """The run summary: counts, rates, and latency distributions (the `summary.json` contract).
 
-Definitions (all from requests.parquet / tokens.parquet; warm-up rows excluded; latencies from ok rows):
-- send_lag = dispatched - intended (every dispatched row)   ttft = first_token - intended
-- connect = connected - dispatched (every row with a connection; ~0 on a reused one): connection set-up
-  is client/network time, never server time, so it is reported on its own
-- ttft_from_send = first_token - dispatched                  e2e = last_token - intended
-- tpot = (last_token - first_token) / (output_tokens - 1), rows with output_tokens > 1
-- itl, per token: consecutive chunks of a request with the same t_ns arrived in one read and form one
-  group; each gap between a group and the one before it counts as k samples of gap/k, k = the group's
-  tokens. So a request's ITL samples sum exactly to last_token - first_token, a chunk of k tokens is
-  not one long gap, and chunks read together are never a run of zero gaps. The first group's own
-  tokens have no gap before them and add no sample.
+Every metric, which rows it covers and the percentile rule are defined in loadgen/metrics.py (warm-up
+rows excluded). Beyond those:
 - offered rate = (n - 1) / span of intended times; achieved = the same over dispatch times.
 - throughput: ok requests and their output tokens over [first intended, last done].
-Percentiles are exact (linear interpolation) over all samples, not histogram estimates.
+Percentiles are exact over all samples (nearest rank), not histogram estimates.
 `histograms` reads the run's HdrHistogram interval logs back (`<metric>.hlog`, and the logs of other
 workers `<metric>.<worker>.hlog`, merged exactly): counts, out-of-range counts (values the histograms
 could not hold: negative or above 1 h) and HDR percentiles, a cross-check of the exact ones above.
@@ -26,13 +17,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from loadgen import hdr
-from loadgen.itl import itl_samples_ns
+from loadgen import hdr, metrics
 from loadgen.results import Run
 
-METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect")
-STATS = ("p50", "p90", "p99", "p999", "max", "mean")
-_Q = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
+METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
+STATS = metrics.STATS
 
 
 def measured(run: Run) -> pl.DataFrame:
@@ -40,42 +29,22 @@ def measured(run: Run) -> pl.DataFrame:
 
 
 def latency_columns(requests: pl.LazyFrame | pl.DataFrame):
-    ns = 1e6
-    return requests.with_columns(
-        send_lag=(pl.col("dispatched_ns") - pl.col("intended_ns")) / ns,
-        connect=(pl.col("connected_ns") - pl.col("dispatched_ns")) / ns,
-        ttft=(pl.col("first_token_ns") - pl.col("intended_ns")) / ns,
-        ttft_from_send=(pl.col("first_token_ns") - pl.col("dispatched_ns")) / ns,
-        e2e=(pl.col("last_token_ns") - pl.col("intended_ns")) / ns,
-        tpot=pl.when(pl.col("output_tokens") > 1)
-        .then((pl.col("last_token_ns") - pl.col("first_token_ns")) / (pl.col("output_tokens") - 1) / ns),
-    )
+    return metrics.latency_columns(requests)
 
 
 def itl_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.Series:
-    """Per-token ITL samples in ms, under the rule in the module comment (loadgen/itl.py, vectorized)."""
-    owners = pl.DataFrame({"request_id": request_ids.cast(pl.String)}).with_row_index("o")
-    df = (tokens.lazy().join(owners.lazy(), on="request_id", how="inner")
-          .sort("o", "t_ns").select("o", "t_ns", "n_tokens").collect())
-    samples = itl_samples_ns(df["t_ns"].to_numpy(), df["n_tokens"].to_numpy(), df["o"].to_numpy())
-    return pl.Series("itl", samples / 1e6)
+    """Per-token ITL samples in ms of these requests (metrics.py's rule)."""
+    g = metrics.request_gaps(tokens.filter(pl.col("request_id").is_in(request_ids.cast(pl.String).implode())))
+    k = g["k"].to_numpy()
+    return pl.Series("itl", np.repeat(g["gap_ns"].to_numpy() / k, k) / metrics.NS_PER_MS)
 
 
 def distribution(values: pl.Series) -> dict[str, float | None]:
-    v = values.drop_nulls().cast(pl.Float64).to_numpy()
-    if v.size == 0:
-        return {s: None for s in STATS}
-    qs = np.quantile(v, list(_Q.values()))  # linear interpolation; one partition for all of them
-    out = {name: float(q) for name, q in zip(_Q, qs)}
-    out["max"], out["mean"] = float(v.max()), float(v.mean())
-    return out
+    return metrics.distribution(values)
 
 
 def _rate(times: pl.Series) -> float | None:
-    t = times.drop_nulls()
-    if t.len() < 2 or t.max() == t.min():
-        return None
-    return (t.len() - 1) * 1e9 / (t.max() - t.min())
+    return metrics.rate_per_s(times.drop_nulls().to_numpy())
 
 
 def _status_reason(status: str | None) -> list[str]:
@@ -91,7 +60,7 @@ def summarize(run: Run) -> dict:
     if n and req["done_ns"].drop_nulls().len():
         window_ns = req["done_ns"].max() - req["intended_ns"].min()
     per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
-    latency = {m: distribution(req[m] if m in ("send_lag", "connect") else ok[m]) for m in METRICS if m != "itl"}
+    latency = {m: distribution(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution(itl_ms(run.tokens, ok["request_id"]))
     manifest = run.manifest
     return {
@@ -103,6 +72,7 @@ def summarize(run: Run) -> dict:
         "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
                        "requests_per_s": per_s(n_ok)},
         "latency_ms": {m: latency[m] for m in METRICS},
+        "percentiles": metrics.PERCENTILE_RULE,
         "histograms": histograms(run.path),
         "generator": manifest.get("generator"),
         "valid": manifest.get("status") == "complete",

@@ -392,14 +392,28 @@ def test_write_interval_log_rejects_bad_input_and_leaves_no_file(tmp_path):
     np.random.default_rng(5).lognormal(17, 2.0, 3000),    # wide: µs .. an hour
 ])
 def test_package_agrees_with_numpy_percentiles_and_mean(values_ns):
-    # percentiles_us/mean_us are the package's get_value_at_percentile/get_mean_value, vectorized;
-    # and the per-value reference equals the vectorized histogram by the package's own equals().
+    # percentiles_us is HdrHistogram Java's getValueAtPercentile: the highest equivalent value of the
+    # sample at the nearest rank ceil(p/100 * n) (0: the lowest equivalent value of the smallest);
+    # mean_us is the package's get_mean_value; the per-value reference equals the vectorized histogram
+    # by the package's own equals().
     h = hdr.record(np.asarray(values_ns)).hist
     ref, _ = per_value(list(np.asarray(values_ns)))
     assert h.equals(ref)
-    assert hdr.percentiles_us(h, PERCENTILES) == {p: h.get_value_at_percentile(p)
-                                                  for p in PERCENTILES}
+    us = np.sort(np.floor(np.asarray(values_ns, dtype=np.float64) / 1000 + 0.5).astype(np.int64))
+    expected = {p: 0 if us.size == 0 else
+                h.get_lowest_equivalent_value(int(us[0])) if p == 0 else
+                h.get_highest_equivalent_value(int(us[math.ceil(round(p * 10_000) * us.size / 1_000_000) - 1]))
+                for p in PERCENTILES}
+    assert hdr.percentiles_us(h, PERCENTILES) == expected
     assert hdr.mean_us(h) == h.get_mean_value()
+
+
+def test_hdr_percentile_is_the_nearest_rank_not_the_rounded_rank():
+    # 76 samples 1..76 ms: p99 is the ceil(0.99 * 76) = 76th value. The Python hdrh package rounds the
+    # rank (75.24 -> 75) and would answer 75 ms; HdrHistogram's Java implementation, and loadgen, 76 ms.
+    rec = hdr.record(np.arange(1, 77, dtype=np.int64) * MS)
+    assert rec.hist.get_value_at_percentile(99) < 76_000
+    assert 76_000 <= hdr.percentiles_us(rec.hist, [99.0])[99.0] <= 76_000 * 1.001
 
 
 def test_summary_ms():
@@ -409,9 +423,8 @@ def test_summary_ms():
     rec.out_of_range = 2
     s = hdr.summary_ms(rec)
     h = rec.hist
-    assert s == {"p50": h.get_value_at_percentile(50) / 1000, "p90": h.get_value_at_percentile(90) / 1000,
-                 "p99": h.get_value_at_percentile(99) / 1000,
-                 "p999": h.get_value_at_percentile(99.9) / 1000,
+    p = hdr.percentiles_us(h, (50.0, 90.0, 99.0, 99.9))
+    assert s == {"p50": p[50.0] / 1000, "p90": p[90.0] / 1000, "p99": p[99.0] / 1000, "p999": p[99.9] / 1000,
                  "max": h.get_max_value() / 1000, "mean": h.get_mean_value() / 1000,
                  "count": 1000, "out_of_range": 2}
     for key, true_ms in (("p50", 500), ("p90", 900), ("p99", 990), ("p999", 999), ("max", 1000)):

@@ -63,10 +63,11 @@ def test_summary_counts_rates_and_excludes_warmup():
     assert s["rate"]["offered_per_s"] == pytest.approx(3 / 0.3)      # 4 intended over 300 ms
     assert s["rate"]["achieved_per_s"] == pytest.approx(2 / 0.2)     # 3 dispatched over 200 ms
     lat = s["latency_ms"]
-    assert (lat["ttft"]["p50"], lat["ttft"]["max"]) == (pytest.approx(55), pytest.approx(60))
+    # nearest rank: p50 of two samples is the 1st (ceil(0.5 * 2)), never an interpolated 55
+    assert (lat["ttft"]["p50"], lat["ttft"]["max"]) == (pytest.approx(50), pytest.approx(60))
     assert lat["tpot"]["mean"] == pytest.approx((10 + 20) / 2)
     # ITL samples: 10, 10 (r1) and 20, 20 (r2)
-    assert lat["itl"]["max"] == pytest.approx(20) and lat["itl"]["p50"] == pytest.approx(15)
+    assert lat["itl"]["max"] == pytest.approx(20) and lat["itl"]["p50"] == pytest.approx(10)
     assert lat["e2e"]["max"] == pytest.approx(100)
     # throughput over [first intended 100 ms, last done 305 ms]: 2 ok requests, 6 tokens
     assert s["throughput"]["requests_per_s"] == pytest.approx(2 / 0.205)

@@ -1,0 +1,169 @@
+"""Every metric loadgen reports, defined once: per-request latencies, the per-token ITL rule, percentiles.
+
+The summary, the live interval histograms (*.hlog), the generator's self-check, the decomposition and the
+stall attribution all take their numbers from here; no other module subtracts two timestamp columns.
+
+Per request (int64 ns, any common origin; columns of requests.parquet or fields of a Row):
+    send_lag       = dispatched - intended - slot_wait  the generator's own lateness. A wait for a
+                                                          --max-concurrency slot is the user's cap, not
+                                                          the generator falling behind: it is its own
+                                                          metric (slot_wait) and stays inside ttft/e2e
+    slot_wait      = slot_wait_ns                         0 without a cap
+    connect        = connected - dispatched               0 on a reused connection
+    ttft           = first_token - intended               latency from the plan (wrk2)
+    ttft_from_send = first_token - dispatched
+    e2e            = last_token - intended
+    decode         = last_token - first_token
+    tpot           = decode / (output_tokens - 1)         rows with output_tokens > 1
+Rows each metric covers (ROWS): send_lag, slot_wait and connect every row where they are defined (every
+dispatched row), the others ok rows only. Warm-up rows are left out by the callers.
+
+ITL, per token (itl_gaps): the chunks of one request that carry tokens and share a stamp arrived in one
+read and form one group of k tokens (the sum of their tokens); each gap between a group and the previous
+group of the same request counts as k samples of gap / k. So a request's samples sum to last_token -
+first_token, a k-token chunk is not one long gap, and chunks read together are never a run of zero gaps.
+The first group's tokens have no gap before them and add no sample.
+
+Percentiles (quantile, distribution): nearest rank, the ceil(p * n)-th smallest sample, as HdrHistogram's
+Java and JavaScript implementations compute it (hdr.percentiles_us applies the same rank to bucket counts,
+so an HDR percentile is the exact one rounded up to its bucket's highest equivalent value: within 0.1 %).
+No interpolation: every percentile printed is a value that was measured.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import polars as pl
+
+NS_PER_MS = 1_000_000
+QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
+STATS = (*QUANTILES, "max", "mean")
+PERCENTILE_RULE = "nearest rank (the ceil(p*n)-th smallest sample, as HdrHistogram's Java implementation)"
+
+_c = pl.col
+_SLOT_WAIT = _c("slot_wait_ns").fill_null(0)
+# name -> expression in ns over requests.parquet columns (see the module comment).
+EXPR_NS: dict[str, pl.Expr] = {
+    "send_lag": _c("dispatched_ns") - _c("intended_ns") - _SLOT_WAIT,
+    "slot_wait": pl.when(_c("dispatched_ns").is_not_null()).then(_SLOT_WAIT),
+    "connect": _c("connected_ns") - _c("dispatched_ns"),
+    "ttft": _c("first_token_ns") - _c("intended_ns"),
+    "ttft_from_send": _c("first_token_ns") - _c("dispatched_ns"),
+    "e2e": _c("last_token_ns") - _c("intended_ns"),
+    "decode": _c("last_token_ns") - _c("first_token_ns"),
+    "tpot": pl.when(_c("output_tokens") > 1)
+    .then((_c("last_token_ns") - _c("first_token_ns")) / (_c("output_tokens") - 1)),
+}
+# Which rows a metric's distribution covers: "sent" = every dispatched row, "ok" = ok rows only.
+ROWS = {"send_lag": "sent", "slot_wait": "sent", "connect": "sent", "ttft": "ok", "ttft_from_send": "ok",
+        "e2e": "ok", "decode": "ok", "tpot": "ok", "itl": "ok"}
+
+
+def latency_columns(requests: pl.DataFrame | pl.LazyFrame, unit_ns: float = NS_PER_MS, suffix: str = "",
+                    names: Iterable[str] = tuple(EXPR_NS)):
+    """requests with one column per metric (`name + suffix`), in units of unit_ns (ms by default)."""
+    return requests.with_columns(**{n + suffix: (EXPR_NS[n] / unit_ns if unit_ns != 1 else EXPR_NS[n])
+                                    for n in names})
+
+
+# --- rates ---------------------------------------------------------------------------------------------
+
+def gap_cv(times_ns: np.ndarray) -> float | None:
+    t = np.sort(np.asarray(times_ns, dtype=np.int64))
+    if t.size < 3:
+        return None
+    g = np.diff(t).astype(np.float64)
+    m = g.mean()
+    return float(g.std() / m) if m > 0 else None
+
+
+def rate_per_s(times_ns: np.ndarray) -> float | None:
+    # (n - 1) / span: the rate of n events (the summary's offered and achieved rates too).
+    t = np.asarray(times_ns, dtype=np.int64)
+    if t.size < 2:
+        return None
+    span = int(t.max() - t.min())
+    return (t.size - 1) * 1e9 / span if span > 0 else None
+
+
+# --- ITL --------------------------------------------------------------------------------------------------
+
+def itl_gaps(chunks: pl.DataFrame | pl.LazyFrame, key: str = "rid", keep: tuple[str, ...] = ()) -> pl.DataFrame:
+    """The groups of the ITL rule with a gap before them: *keep, key, t_ns, prev_ns, gap_ns, k.
+    chunks: key (the request), t_ns, n_tokens; each request's chunks contiguous and in time order."""
+    same = (_c(key) == _c(key).shift(1)).fill_null(False)
+    return (chunks.lazy().filter(_c("n_tokens") > 0)
+            .with_columns(same=same, prev_ns=_c("t_ns").shift(1))
+            .with_columns(first=~_c("same") | (_c("t_ns") != _c("prev_ns")))
+            .with_columns(k=_c("n_tokens").sum().over(_c("first").cum_sum()))
+            .filter(_c("first") & _c("same"))
+            .select(*keep, key, "t_ns", "prev_ns", (_c("t_ns") - _c("prev_ns")).alias("gap_ns"), "k")
+            .collect())
+
+
+def request_gaps(tokens: pl.DataFrame) -> pl.DataFrame:
+    """itl_gaps of a tokens.parquet frame: request_id, rid (an integer key per request), t_ns, prev_ns,
+    gap_ns, k for every gap of every stream.
+    tokens.parquet holds each request's chunks contiguously in idx order (results.py writes it so): then
+    no sort is needed (a sort of 10 M string-keyed rows costs seconds); otherwise it sorts."""
+    t = tokens.lazy().filter(_c("n_tokens") > 0).with_columns(
+        rid=_c("request_id").cast(pl.Categorical).to_physical().cast(pl.Int64)).collect()
+    same = (pl.col("rid") == pl.col("rid").shift(1)).fill_null(False)
+    check = t.select(changes=(~same).sum(), unique=pl.col("rid").n_unique(),
+                     backwards=(same & (pl.col("t_ns").diff() < 0)).sum())
+    if t.height and not (check["changes"][0] == check["unique"][0] and check["backwards"][0] == 0):
+        t = t.sort("rid", "t_ns")
+    return itl_gaps(t, "rid", keep=("request_id",))
+
+
+def itl_samples_ns(t_ns: np.ndarray, n_tokens: np.ndarray, owner: np.ndarray) -> np.ndarray:
+    """Per-token ITL samples (ns, float64) of chunks sorted by owner, then time."""
+    g = itl_gaps(pl.DataFrame({"rid": np.asarray(owner, np.int64), "t_ns": np.asarray(t_ns, np.int64),
+                               "n_tokens": np.asarray(n_tokens, np.int64)}))
+    if g.height == 0:
+        return np.empty(0)
+    k = g["k"].to_numpy()
+    return np.repeat(g["gap_ns"].to_numpy() / k, k)
+
+
+# --- percentiles ------------------------------------------------------------------------------------------
+
+_Q_SCALE = 1_000_000  # quantiles are read to 6 decimals, so that 0.99 of 100 is rank 99, not 100 by rounding
+
+
+def rank(q: float, n: int) -> int:
+    """The 1-based nearest rank of quantile q (0..1) among n samples: ceil(q * n), at least 1 (integers)."""
+    return min(n, max(1, -(-n * round(q * _Q_SCALE) // _Q_SCALE)))
+
+
+def quantile_expr(column: str, q: float) -> pl.Expr:
+    """The same nearest-rank quantile as a Polars aggregation (nulls and NaNs left out)."""
+    v = _c(column).drop_nulls().drop_nans().sort()
+    k = round(q * _Q_SCALE)
+    return v.get(((v.len().cast(pl.Int64) * k + _Q_SCALE - 1) // _Q_SCALE).clip(1) - 1)
+
+
+def quantiles(values: np.ndarray, qs: Iterable[float]) -> list[float]:
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    qs = list(qs)
+    if v.size == 0:
+        return [math.nan] * len(qs)
+    idx = [rank(q, v.size) - 1 for q in qs]
+    part = np.partition(v, idx)
+    return [float(part[i]) for i in idx]
+
+
+def distribution(values) -> dict[str, float | None]:
+    """p50/p90/p99/p999 (nearest rank), max and mean of the samples; all None when there are none."""
+    if isinstance(values, pl.Series):
+        values = values.drop_nulls().cast(pl.Float64).to_numpy()
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return {s: None for s in STATS}
+    out = dict(zip(QUANTILES, quantiles(v, QUANTILES.values())))
+    out["max"], out["mean"] = float(v.max()), float(v.mean())
+    return out
