@@ -40,6 +40,8 @@ from loadgen.datasets import load_sharegpt
 from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
+from loadgen.prompts import usage_check, verdict
+from loadgen.servers import detect as detect_server
 from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
@@ -51,6 +53,7 @@ from loadgen.sim.process import SimProcess
 from loadgen.transport import AiohttpTransport
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_INEXACT = 4                # prompt lengths not exact (prompts.verdict) and approximate was not asked for
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
 FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
 SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
@@ -62,9 +65,12 @@ class RunOutcome:
     path: Path
     status: str                      # complete | interrupted | invalid
     invalid_reasons: list[str] = field(default_factory=list)
+    inexact_lengths: bool = False    # prompt lengths not exact, approximate not asked for
 
     @property
     def exit_code(self) -> int:
+        if self.status == "complete" and self.inexact_lengths:
+            return EXIT_INEXACT
         return {"complete": EXIT_OK, "invalid": EXIT_INVALID}.get(self.status, EXIT_INTERRUPTED)
 
 
@@ -73,16 +79,20 @@ def default_out(config: RunConfig) -> Path:
 
 
 def request_bodies(config: RunConfig, schedule: Schedule, backend,
-                   url: str | None = None) -> tuple[list[bytes], Bodies, dict]:
+                   url: str | None = None, progress: TextIO | None = None) -> tuple[list[bytes], Bodies, dict]:
     """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
-    `workload` section: tokenizer used (and any fallback warning), prompt length checks, trace counts."""
-    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file)
+    `workload` section: tokenizer used (and any fallback warning), prompt length checks and verdict
+    (`prompt_lengths`, prompts.verdict), trace counts."""
+    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
+                                           config.model, progress)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
     bodies = Bodies(schedule, backend, maker, config.seed, convs)
     built = bodies.build_all()
+    checks = maker.summary()
     info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
-                                           "warning": warning}, "prompt_checks": maker.summary()}
+                                           "warning": warning}, "prompt_checks": checks,
+            "prompt_lengths": verdict(tokenizer, checks, config.tokenizer)}
     return built, bodies, info
 
 
@@ -99,9 +109,13 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
         _say(progress, f"started the built-in simulator at {url}")
     try:
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
-        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
+        server = detect_server(url, _auth_headers(config), progress=progress)
+        _say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
+        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url, progress)
+        workload_info["server"] = server
         if workload_info["tokenizer"]["warning"]:
             _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
+        _say_lengths(progress, workload_info["prompt_lengths"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
             _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
                  shaper, workload_info))
@@ -118,7 +132,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     clock = Clock()
-    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    headers = _auth_headers(config)
     # --- explain (issue 6): probe the idle server before t0 ---
     calibration = None
     if config.calibrate:
@@ -142,7 +156,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "status": "running", "invalid_reasons": [],
         "config": config.to_manifest(), "seed": config.seed,
         "target": {"url": redact_url(url), "backend": config.backend, "api": config.api,
-                   "builtin_sim": builtin_sim},
+                   "builtin_sim": builtin_sim, "server": (workload_info or {}).pop("server", None)},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
                "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
@@ -220,13 +234,18 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
     generator["out_of_range"] = {m: h["out_of_range"] for m, h in histograms.items()}
     writer.finalize(rows, t0)
+    lengths = manifest["workload"].get("prompt_lengths")
+    if lengths is not None:  # the server's own counts of what was sent (issue 12)
+        usage_check(lengths, [(r.planned_prompt_tokens, r.prompt_tokens) for r in rows if r.outcome == "ok"])
+        _say_lengths(progress, lengths)
     manifest.update(status=status, invalid_reasons=reasons, generator=generator,
                     finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
     writer.manifest(manifest)
     _say(progress, _progress_line(runner, recorder, t0, len(rows)) + f"  [{status}]")
     for reason in reasons:
         _say(progress, f"INVALID RUN: {reason}")
-    return RunOutcome(writer.path, status, reasons)
+    return RunOutcome(writer.path, status, reasons,
+                      inexact_lengths=bool(lengths and not lengths["exact"] and not lengths["asked_approximate"]))
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
@@ -358,6 +377,18 @@ async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder,
         line = _progress_line(runner, recorder, t0, total)
         out.write(f"\r{line}\033[K" if tty else line + "\n")
         out.flush()
+
+
+def _auth_headers(config: RunConfig) -> dict[str, str]:
+    return {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+
+
+def _say_lengths(out: TextIO | None, lengths: dict) -> None:
+    if not lengths["exact"]:
+        _say(out, ("note" if lengths["asked_approximate"] else "WARNING")
+             + f": prompt lengths are NOT exact: {lengths['reason']}"
+             + ("" if lengths["asked_approximate"] else f" (exit code {EXIT_INEXACT} unless "
+                                                        f"prompt.tokenizer = \"approximate\")"))
 
 
 def _say(out: TextIO | None, text: str) -> None:
