@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test e2e bench lint clean
+.PHONY: install run test e2e record-llamacpp bench lint clean
 
 install: $(STAMP)
 
@@ -36,6 +36,11 @@ e2e: install
 	  >/dev/null || { echo "make e2e: cannot install$$missing (apt-get as root needed)"; exit 1; }; fi
 	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
 	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" $(BIN)/python -m pytest tests/e2e
+
+# Re-record llama-server's byte transcripts in tests/data/llamacpp/ (replayed by the unit tests).
+record-llamacpp: install
+	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
+	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" $(BIN)/python -m tests.e2e.record_transcripts
 
 bench: install
 	$(BIN)/python -m tests.bench
