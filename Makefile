@@ -18,9 +18,11 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart)"
 
-# pytest exits 5 when it collects nothing: make treats any non-zero exit as failure.
-# make test also runs the end-to-end tests against a real llama-server (make e2e); LOADGEN_SKIP_E2E=1 skips them.
+# Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
+# non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
+# LOADGEN_SKIP_E2E=1 skips them.
 test: install
+	$(BIN)/ruff check loadgen tests
 	$(BIN)/python -m pytest
 	@if [ "$${LOADGEN_SKIP_E2E:-0}" = 1 ]; then echo "make test: e2e tests SKIPPED (LOADGEN_SKIP_E2E=1)"; \
 	else $(MAKE) --no-print-directory e2e; fi
@@ -46,7 +48,6 @@ bench: install
 	$(BIN)/python -m tests.bench
 
 lint: install
-	$(BIN)/python -m pip install -q ruff
 	$(BIN)/ruff check loadgen tests
 
 clean:

@@ -77,7 +77,7 @@ def _check_rate(rate_per_s: float) -> None:
 
 
 
-# --- Time-varying rates and trace replay (issue 4) -------------------------------------------------
+# --- Time-varying rates and trace replay -----------------------------------------------------------
 #
 # Ramps and stages are non-homogeneous processes made by time rescaling: a unit-rate base process
 # (Poisson: Exp(1) gaps; constant: gaps of exactly 1) gives event "masses" m_1 < m_2 < ..., and event i

@@ -18,9 +18,7 @@ is counted as the server counts a whole prompt, every other piece alone):
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
-from loadgen.backends.sse import SSEParser
 from loadgen.prompts import PromptMaker
 from loadgen.schedule import NONE, Schedule
 
@@ -48,7 +46,8 @@ class Bodies:
 
     def _block(self, h: int, n: int) -> str:
         if (h, n) not in self._blocks:
-            self._blocks[(h, n)] = self.maker.text(n, self._rng(2, h))  # same walk: a cut block is a prefix of the full one
+            # same walk: a cut block is a prefix of the full one
+            self._blocks[(h, n)] = self.maker.text(n, self._rng(2, h))
         return self._blocks[(h, n)]
 
     def build_all(self) -> list[bytes]:
@@ -88,27 +87,18 @@ class Bodies:
         return self.maker.text(n, self._rng(0, i), whole=bool(whole))
 
     def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
-        # One prompt text: the backend's own body() (any backend). Several chat messages: the backend's
-        # body_messages() when it has one, else the OpenAI chat shape (messages also suit Ollama /api/chat).
-        if self.backend.api != "chat":
-            text = "\n".join(t for _, t in messages)
-            return self.backend.body(f"{prefix}\n{text}" if prefix else text, max_tokens)
-        if not prefix and len(messages) == 1:
-            return self.backend.body(messages[0][1], max_tokens)
+        # The prefix is a system message; a completions-style endpoint gets the contents joined by
+        # newlines (backends.joined), prefix first.
         msgs = ([{"role": "system", "content": prefix}] if prefix else []) + [
             {"role": role, "content": text} for role, text in messages]
-        if hasattr(self.backend, "body_messages"):
-            return self.backend.body_messages(msgs, max_tokens)
-        payload = {"model": self.backend.model, "messages": msgs}
-        payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
-        payload.update(self.backend.extra_body)
-        return orjson.dumps(payload)
+        return self.backend.body_messages(msgs, max_tokens)
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
         """Body of row j, the turn after prev_row, built when prev_row's reply is complete; and its
         planned prompt tokens (prefix + user messages + the replies' usage counts)."""
         s, p = self.s, prev_row.idx
-        history = self._history.pop(p, [("user", self.user_text[p])]) + [("assistant", reply_text(prev_reads))]
+        history = self._history.pop(p, [("user", self.user_text[p])]) + [
+            ("assistant", self.backend.reply_text(prev_reads))]
         tokens = self._history_tokens.pop(p, int(s.new_tokens[p])) + int(prev_row.output_tokens or 0)
         messages = history + [("user", self.user_text[j])]
         self._history[j], self._history_tokens[j] = messages, tokens + int(s.new_tokens[j])
@@ -117,22 +107,3 @@ class Bodies:
         return self._body(prefix, messages, int(s.max_tokens[j])), \
             (s.prefix_tokens if has_prefix else 0) + tokens + int(s.new_tokens[j])
 
-
-def reply_text(reads: list[bytes]) -> str:
-    """The generated text of an OpenAI-compatible stream (completions `text` or chat `delta.content`)."""
-    parser, parts = SSEParser(), []
-    events = [ev for data in reads for ev in parser.feed(data)] + list(parser.close())
-    for ev in events:
-        if ev.data == b"[DONE]":
-            continue
-        try:
-            obj = orjson.loads(ev.data)
-        except orjson.JSONDecodeError:
-            continue
-        for ch in (obj.get("choices") or []) if isinstance(obj, dict) else []:
-            t = ch.get("text")
-            if t is None:
-                t = (ch.get("delta") or {}).get("content")
-            if t:
-                parts.append(t)
-    return "".join(parts)

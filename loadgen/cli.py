@@ -11,7 +11,18 @@ from pathlib import Path
 
 import orjson
 
-EXAMPLES = """\
+from loadgen import __version__
+from loadgen.options import add_options, values
+
+EXIT_CODES = """\
+exit codes:
+  0    ok
+  2    bad usage or input (every problem is listed, naming the file and key or the flag)
+  3    run invalid: the generator could not keep its schedule (reasons in manifest.json and the report)
+  130  interrupted (SIGINT/SIGTERM): the results folder is still complete and readable
+"""
+
+EXAMPLES = EXIT_CODES + """
 examples:
   loadgen run workloads/quickstart.toml                       # against the built-in simulator
   loadgen run workloads/quickstart.toml --url http://127.0.0.1:8000 --rate 8/s --duration 60s
@@ -30,60 +41,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _workload_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
-    p.add_argument("--model")
-    p.add_argument("--api", help="completions | chat")
-    p.add_argument("--backend", help="server API family: openai | ollama | llamacpp (default openai)")
-    p.add_argument("--rate", help="arrival rate, e.g. 8/s")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--requests", help="number of requests")
-    g.add_argument("--duration", help="schedule length, e.g. 60s")
-    p.add_argument("--prompt-tokens", help="N or MIN..MAX (uniform)")
-    p.add_argument("--max-tokens", help="output tokens: N or MIN..MAX (uniform)")
-    p.add_argument("--warmup-requests", help="first N requests are left out of statistics")
-    p.add_argument("--seed")
-    p.add_argument("--trace", help="replay this trace file (replaces the workload's arrivals and lengths)")
-    p.add_argument("--trace-format", help="azure | mooncake | burstgpt | jsonl (sniffed when omitted)")
-    p.add_argument("--time-scale", help="trace replay speed: offsets x this (2 = half speed)")
-    p.add_argument("--skip-bad-rows", action="store_true", default=None,
-                   help="drop bad trace rows and count them in the manifest instead of failing")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="loadgen", description="Open-loop load generator for LLM inference servers.",
                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser("run", help="offer a workload to a server and record every request",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _workload_flags(run)
-    run.add_argument("--url", help="server base URL; without it the built-in simulator is started")
-    run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
-    run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
-    run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
-    run.add_argument("--max-send-lag-p99", help="send-lag p99 above which the run is invalid (default 5ms)")
+    run.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    add_options(run, "run")
     run.add_argument("--quiet", action="store_true", help="no progress line")
-    # --- explain (issue 6) ---
-    run.add_argument("--no-calibrate", action="store_true",
-                     help="skip the idle-server probes; without server timings the report then cannot "
-                          "split TTFT into queue and prefill")
-    run.add_argument("--scrape-metrics", action="store_true", help="sample the server's /metrics during the run")
-    run.add_argument("--scrape-interval", default="500ms", help="scrape period (default 500ms)")
-    # --- end explain ---
     rep = sub.add_parser("report", help="summarize a results folder",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=("text", "json"), default="text")
     rep.add_argument("--out", help="write the report to this file instead of stdout")
-    # --- explain (issue 6) ---
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
     rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
     rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
-    # --- end explain ---
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _workload_flags(sch)
+    sch.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    add_options(sch, "schedule")
     sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     return parser
@@ -92,24 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _config(args: argparse.Namespace):
     from loadgen import config
 
-    overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
-    cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
-                      out=getattr(args, "out", None) if args.command == "run" else None,
-                      sim_args=tuple(getattr(args, "sim_args", "").split()))
-    # --- explain (issue 6): run options that are not part of a workload ---
-    if getattr(args, "scrape_metrics", None) is not None:
-        from loadgen.units import parse_duration_ns
-
-        try:
-            interval_ns = parse_duration_ns(args.scrape_interval)
-        except ValueError as e:
-            raise config.ConfigError([f"--scrape-interval: {e}"]) from None
-        if interval_ns <= 0:
-            raise config.ConfigError([f"--scrape-interval: must be > 0, got {args.scrape_interval!r}"])
-        cfg = config.with_overrides(cfg, calibrate=not args.no_calibrate, scrape_metrics=args.scrape_metrics,
-                                    scrape_interval_ns=interval_ns)
-    # --- end explain ---
-    return cfg
+    return config.load(args.workload, values(args))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     args = build_parser().parse_args(argv)
-    from loadgen.config import ConfigError
-    from loadgen.results import ResultsError
-    from loadgen.datasets import DatasetError
-    from loadgen.prompts import TokenizerError
-    from loadgen.traces import TraceError
+    from loadgen.errors import InputError, LoadgenError
 
     try:
         if args.command == "run":
@@ -132,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
-    except (ConfigError, TraceError, DatasetError) as e:  # each carries every problem found
+    except InputError as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2
-    except (TokenizerError, ResultsError) as e:
+    except LoadgenError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -146,14 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from loadgen.execute import run_workload
-    from loadgen.sim.process import SimStartError
 
-    cfg = _config(args)
-    try:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr)
-    except SimStartError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    outcome = run_workload(_config(args), progress=None if args.quiet else sys.stderr)
     print(outcome.path)
     return outcome.exit_code
 
@@ -165,9 +118,8 @@ def _report(args: argparse.Namespace) -> int:
 
     run = read_run(args.run_dir)
     summary = summarize(run)
-    # --- explain (issue 6): decomposition, diagnosis, roofline; decomposition.parquet ---
+    # decomposition, diagnosis, roofline; decomposition.parquet
     from loadgen.analysis.explain import ExplainOptions, explain
-    from loadgen.analysis.roofline import RooflineError
     from loadgen.results import write_parquet
     from loadgen.units import parse_duration_ns
 
@@ -181,12 +133,11 @@ def _report(args: argparse.Namespace) -> int:
             raise ValueError(f"--window: {e}") from None
         opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
         section, decomposition = explain(run, opts)
-    except (RooflineError, ValueError) as e:
+    except ValueError as e:  # RooflineError is one
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary.update(section)
     write_parquet(Path(args.run_dir) / "decomposition.parquet", decomposition)
-    # --- end explain ---
     write_json(Path(args.run_dir) / "summary.json", summary)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.out:

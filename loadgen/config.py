@@ -20,6 +20,8 @@ A workload file (see workloads/quickstart.toml):
     request_timeout = "120s"
     drain_timeout = "30s"          # after the last intended send, in-flight requests get this long
     max_send_lag_p99 = "5ms"       # above it the run is invalid: the generator fell behind (selfcheck.py)
+    max_rate_deviation = 0.02      # achieved vs offered rate, relative; beyond it the run is invalid
+    max_cv_deviation = 0.1         # dispatch-gap CV vs the plan's, absolute; beyond it the run is invalid
 
     [prompt]
     tokens = 128                   # or { dist = "uniform", min = 64, max = 512 }
@@ -31,7 +33,7 @@ A workload file (see workloads/quickstart.toml):
     api_key_env = "OPENAI_API_KEY" # the key is read from this variable, never written anywhere
     extra_body = { ignore_eos = true }
 
-Production-shaped workloads (issue 4) add:
+Production-shaped workloads add:
 
     [arrivals]
     process = "ramp"               # also: stages, trace (implied by a [trace] table)
@@ -73,29 +75,24 @@ validate() returns every problem at once, each naming the file and key (or the C
 from __future__ import annotations
 
 import os
+import shlex
 import tomllib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadgen.errors import ConfigError  # noqa: F401  (raised here; importable from here too)
 from loadgen import lengths as lengths_mod
 from loadgen.arrivals import PROCESSES
 from loadgen.backends import BACKENDS
 from loadgen.lengths import Lengths
+from loadgen.options import BY_FLAG, FLAG_KEYS
 from loadgen.units import parse_duration_ns, parse_rate_per_s
 
 APIS = ("completions", "chat")
 LENGTH_DISTS = lengths_mod.DISTS
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 TOKENIZERS = ("auto", "server", "approximate", "local")
-
-
-class ConfigError(Exception):
-    """Invalid workload or flags; .problems lists every one, each a full sentence naming its source."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -158,19 +155,20 @@ class RunConfig:
     request_timeout_ns: int = 120_000_000_000
     drain_timeout_ns: int = 30_000_000_000
     max_send_lag_p99_ns: int = 5_000_000
+    max_rate_deviation: float = 0.02    # selfcheck.Limits.rate_tolerance
+    max_cv_deviation: float = 0.1       # selfcheck.Limits.cv_tolerance
     api_key_env: str | None = None
     extra_body: dict = field(default_factory=dict)
     url: str | None = None          # None: start the built-in simulator
     out: str | None = None
     sim_args: tuple[str, ...] = ()  # flags for the built-in simulator when url is None
     source: str = ""                # the workload file, for messages and the manifest
-    # --- explain (issue 6): backend family, idle-server calibration, /metrics scraping ---
+    # backend family, idle-server calibration, /metrics scraping
     backend: str = "openai"         # openai | ollama | llamacpp
-    calibrate: bool = True          # probe the idle server before the run (analysis/calibrate.py)
+    calibrate: bool = True          # probe the idle server before the run (calibrate.py)
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
-    # --- end explain ---
-    # --- issue 4: production-shaped workloads (all optional) ---
+    # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
     prefix: PrefixSpec | None = None
@@ -208,7 +206,7 @@ _KEYS = {
          "trace", "mix", "prefix", "session"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
-            "max_send_lag_p99"},
+            "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -217,22 +215,15 @@ _KEYS = {
     "request": {"api_key_env", "extra_body"},
 }
 
-# CLI flag -> key path in the workload, so a bad flag value is reported under the flag's name.
-FLAG_KEYS = {
-    "--model": "model", "--api": "api", "--seed": "seed", "--rate": "arrivals.rate",
-    "--requests": "run.requests", "--duration": "run.duration", "--max-concurrency": "run.max_concurrency",
-    "--prompt-tokens": "prompt.tokens", "--max-tokens": "output.tokens",
-    "--warmup-requests": "run.warmup_requests", "--max-send-lag-p99": "run.max_send_lag_p99",
-    "--backend": "backend",
-    "--trace": "trace.file", "--trace-format": "trace.format", "--time-scale": "trace.time_scale",
-    "--skip-bad-rows": "trace.skip_bad_rows",
-}
-
-
 def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str | None = None,
          out: str | None = None, sim_args: tuple[str, ...] = ()) -> RunConfig:
-    """Read a workload file, apply CLI overrides ({flag: value}), validate; raise ConfigError."""
+    """Read a workload file, apply command-line options ({flag: value}, see options.py), validate;
+    raise ConfigError with every problem."""
     path = Path(path)
+    overrides = {f: v for f, v in (overrides or {}).items() if v is not None}
+    run_options = {"url": url, "out": out, "sim_args": sim_args}
+    for flag in [f for f in overrides if BY_FLAG[f].key is None]:
+        run_options[BY_FLAG[flag].field] = overrides.pop(flag)
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -240,9 +231,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
     sources: dict[str, str] = {}
-    for flag, value in (overrides or {}).items():
-        if value is None:
-            continue
+    for flag, value in overrides.items():
         key = FLAG_KEYS[flag]
         table, _, leaf = key.rpartition(".")
         target = raw.setdefault(table, {}) if table else raw
@@ -263,13 +252,15 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
             raw["run"].pop("requests" if leaf == "duration" else "duration", None)
         target[leaf] = value
         sources[key] = flag
-    return validate(raw, str(path), sources, url=url, out=out, sim_args=sim_args)
+    return validate(raw, str(path), sources, **run_options)
 
 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
-             out: str | None = None, sim_args: tuple[str, ...] = ()) -> RunConfig:
+             out: str | None = None, sim_args: tuple[str, ...] | str = (), calibrate: bool | None = None,
+             scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None) -> RunConfig:
     sources = sources or {}
     problems: list[str] = []
+    run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns)
 
     def where(key: str) -> str:
         return sources.get(key) or f"{source}: {key}"
@@ -317,6 +308,18 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             bad(key, f"must be > 0, got {v!r}")
             return default
         return ns
+
+    def positive(key: str, default: float) -> float:
+        v = get(key, default)
+        if isinstance(v, str):
+            try:
+                v = float(v)
+            except ValueError:
+                pass
+        if not _number(v) or not v > 0:
+            bad(key, f"must be a number > 0, got {v!r}")
+            return default
+        return float(v)
 
     def choice(key: str, options: tuple[str, ...], default: str | None) -> str:
         v = get(key, default)
@@ -375,7 +378,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         burstiness = 1.0
     requests = integer("run.requests", None, 1)
     duration_ns = duration("run.duration", None)
-    if get("run.requests") is not None and get("run.duration") is not None or get("run.requests") is None and get("run.duration") is None and process not in ("trace", "stages"):
+    bounds = (get("run.requests") is not None) + (get("run.duration") is not None)
+    if bounds == 2 or bounds == 0 and process not in ("trace", "stages"):
         bad("run", "give exactly one of requests or duration")
     warmup = integer("run.warmup_requests", 0, 0) or 0
     if requests is not None and warmup >= requests:
@@ -424,12 +428,14 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         request_timeout_ns=duration("run.request_timeout", 120_000_000_000),
         drain_timeout_ns=duration("run.drain_timeout", 30_000_000_000),
         max_send_lag_p99_ns=duration("run.max_send_lag_p99", 5_000_000),
+        max_rate_deviation=positive("run.max_rate_deviation", 0.02),
+        max_cv_deviation=positive("run.max_cv_deviation", 0.1),
         api_key_env=api_key_env,
         extra_body=extra_body,
         url=url,
         out=out,
-        sim_args=tuple(sim_args),
         source=source,
+        **run_options,
         backend=backend,
         trace=trace,
         mix=mix,
@@ -461,8 +467,26 @@ def _parse_length_flag(text: str) -> int | dict | str:
     return text
 
 
-def with_overrides(config: RunConfig, **changes: Any) -> RunConfig:
-    return replace(config, **changes)
+def _run_options(problems: list[str], sim_args: tuple[str, ...] | str, no_calibrate: bool | None,
+                 scrape_metrics: bool | None, scrape_interval: str | None) -> dict[str, Any]:
+    # The run options of options.py that no workload file holds (--url and --out are checked below).
+    out: dict[str, Any] = {"calibrate": not no_calibrate, "scrape_metrics": bool(scrape_metrics)}
+    if isinstance(sim_args, str):
+        try:
+            sim_args = shlex.split(sim_args)
+        except ValueError as e:
+            problems.append(f"--sim-args: {e}: {sim_args!r}")
+            sim_args = ()
+    out["sim_args"] = tuple(sim_args)
+    if scrape_interval is not None:
+        try:
+            ns = parse_duration_ns(scrape_interval)
+            if ns <= 0:
+                raise ValueError(f"must be > 0, got {scrape_interval!r}")
+            out["scrape_interval_ns"] = ns
+        except ValueError as e:
+            problems.append(f"--scrape-interval: {e}")
+    return out
 
 
 def _number(v: Any) -> bool:

@@ -12,14 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+from loadgen.errors import DatasetError  # noqa: F401  (raised here; importable from here too)
 
 HUMAN = {"human", "user"}
-
-
-class DatasetError(Exception):
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)

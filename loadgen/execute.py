@@ -133,14 +133,13 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         loop.add_signal_handler(sig, stop.set)
     clock = Clock()
     headers = _auth_headers(config)
-    # --- explain (issue 6): probe the idle server before t0 ---
+    # Probe the idle server before t0.
     calibration = None
     if config.calibrate:
         calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
-    # --- end explain ---
     transport = make_transport(url, headers)
     await transport.__aenter__()
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
@@ -178,10 +177,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     gc.freeze()
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # --- explain (issue 6): sample /metrics during the run (bytes only; parsed afterwards) ---
+    # Sample /metrics during the run (bytes only; parsed afterwards).
     scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
-    # --- end explain ---
     try:
         async with transport:
             runner = Runner(rows, bodies, backend, transport, clock, recorder,
@@ -204,7 +202,6 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     finally:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
-    # --- explain (issue 6) ---
     if scrape_task is not None:
         scrape_task.cancel()
         await asyncio.gather(scrape_task, return_exceptions=True)
@@ -217,11 +214,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     manifest["calibration"] = ("calibration.json" if calibration else
                                "off (--no-calibrate): without server timings, queue and prefill cannot be "
                                "separated" if not config.calibrate else "failed")
-    # --- end explain ---
     rest = recorder.take_finished()
     hists.record_interval(rest, time.monotonic_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
+    reasons, generator = check_generator(rows, selfcheck.limits_of(config))
     if status != "complete":
         reasons = []
     if reasons:

@@ -4,7 +4,7 @@ Units and range: values are recorded in microseconds, 3 significant digits, 1 µ
 are int64 (or float) nanoseconds, as every duration in a run is; they are rounded to the nearest
 microsecond (half up) before recording.
 
-Decisions (see also the report of issue 5):
+Decisions:
 - 0 µs is in range. The package's `lowest_trackable_value = 1` sets the resolution, not a floor:
   with it, 0 has a bucket of its own and is recorded exactly. So any duration in [0, 500 ns)
   rounds to 0 µs and is recorded as 0, visible as the histogram's minimum. (Whether a gap may be

@@ -156,8 +156,10 @@ def quantiles(values: np.ndarray, qs: Iterable[float]) -> list[float]:
     return [float(part[i]) for i in idx]
 
 
-def distribution(values) -> dict[str, float | None]:
-    """p50/p90/p99/p999 (nearest rank), max and mean of the samples; all None when there are none."""
+def distribution(values, scale: float = 1.0) -> dict[str, float | None]:
+    """p50/p90/p99/p999 (nearest rank), max and mean of the samples, each divided by scale (so a
+    distribution of ns samples in ms is the ns figure / 1e6, as every other consumer computes it);
+    all None when there are no samples."""
     if isinstance(values, pl.Series):
         values = values.drop_nulls().cast(pl.Float64).to_numpy()
     v = np.asarray(values, dtype=np.float64)
@@ -166,4 +168,4 @@ def distribution(values) -> dict[str, float | None]:
         return {s: None for s in STATS}
     out = dict(zip(QUANTILES, quantiles(v, QUANTILES.values())))
     out["max"], out["mean"] = float(v.max()), float(v.mean())
-    return out
+    return {k: x / scale for k, x in out.items()}

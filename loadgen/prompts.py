@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from loadgen.errors import TokenizerError  # noqa: F401  (raised here; importable from here too)
+
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pe", "di", "go", "ha", "ji", "fu", "be"]
 _SPACE = 16 ** 5
 _PRIME = 1_048_573  # largest prime below 16^5: the walk visits P distinct indices before repeating
@@ -42,10 +44,6 @@ _WS = re.compile(r"\S+")
 # Pieces tried, in order, when a real tokenizer needs a few more tokens than whole words give.
 _FILLERS = [" " + s for s in _SYLLABLES] + [" a", " I", " 1", " 2", " 3", " x", " y", " z", ".", ","]
 FULL_CHECKS, CHECK_EVERY = 500, 20
-
-
-class TokenizerError(Exception):
-    """A tokenizer that was asked for cannot be used; the message says how to fix it."""
 
 
 class Tokenizer:

@@ -7,17 +7,22 @@ results.py turns them into int64 ns from t0 when writing (None stays null, never
 from __future__ import annotations
 
 from array import array
+from enum import StrEnum
 
-# Outcomes: exactly one per row.
-OK = "ok"
-HTTP_ERROR = "http_error"            # the server answered with a status >= 400 (error_kind http_<status>)
-STREAM_ERROR = "stream_error"        # 200, but: an error event, a malformed chunk, or no end of stream
-CONNECTION_ERROR = "connection_error"  # refused, reset or closed by the peer (error_kind says which)
-TIMEOUT = "timeout"                  # request_timeout elapsed, or still in flight when the drain ended
-DROPPED = "dropped"                  # held back by --max-concurrency and never started before the end
-INTERRUPTED = "interrupted"          # in flight when SIGINT/SIGTERM stopped the run
-CANCELLED = "cancelled"              # not yet due when SIGINT/SIGTERM stopped the run
-OUTCOMES = (OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, INTERRUPTED, CANCELLED)
+
+class Outcome(StrEnum):
+    """Exactly one per row; the values are the `outcome` column's strings."""
+    OK = "ok"
+    HTTP_ERROR = "http_error"            # the server answered with a status >= 400 (error_kind http_<status>)
+    STREAM_ERROR = "stream_error"        # 200, but: an error event, a malformed chunk, or no end of stream
+    CONNECTION_ERROR = "connection_error"  # refused, reset or closed by the peer (error_kind says which)
+    TIMEOUT = "timeout"                  # request_timeout elapsed, or still in flight when the drain ended
+    DROPPED = "dropped"                  # held back by --max-concurrency and never started before the end
+    INTERRUPTED = "interrupted"          # in flight when SIGINT/SIGTERM stopped the run
+    CANCELLED = "cancelled"              # not yet due when SIGINT/SIGTERM stopped the run
+
+
+OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, INTERRUPTED, CANCELLED = Outcome
 
 TIME_FIELDS = ("intended_ns", "dispatched_ns", "connected_ns", "sent_ns", "response_ns",
                "first_token_ns", "last_token_ns", "done_ns")
@@ -28,7 +33,7 @@ class Row:
                  *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
                  "prompt_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
-                 # issue 4: workload shape (None = not set); after/think_ns drive session turns
+                 # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns")
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,

@@ -4,6 +4,7 @@
                        t0 as monotonic ns and wall-clock time, host, status and reasons
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
+    calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
     _parts/            flushed as the run goes; merged into the two files above at the end (a run
                        killed with SIGKILL leaves its parts, which read_run() still reads)
 
@@ -20,6 +21,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from loadgen.errors import ResultsError  # noqa: F401  (raised here; importable from here too)
 from loadgen.recorder import TIME_FIELDS, Row
 
 SCHEMA_VERSION = 1
@@ -32,13 +34,9 @@ REQUEST_SCHEMA = {
     "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
     "output_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
-    "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # issue 4; null = not applicable
+    "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
 }
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
-
-
-class ResultsError(Exception):
-    pass
 
 
 @dataclass
@@ -47,6 +45,26 @@ class Run:
     manifest: dict
     requests: pl.DataFrame
     tokens: pl.DataFrame
+
+    def calibration(self) -> dict | None:
+        """calibration.json (the idle-server fit, calibrate.py), None when the run has none."""
+        p = self.path / "calibration.json" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return orjson.loads(p.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise ResultsError(f"{p}: not valid JSON: {e}") from None
+
+    def server_metrics(self) -> pl.DataFrame | None:
+        """server_metrics.parquet (the scraped /metrics, scrape.py), None when the run has none."""
+        p = self.path / "server_metrics.parquet" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return pl.read_parquet(p)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
 def _rel(v: int | None, t0: int) -> int | None:

@@ -14,7 +14,7 @@ Contract:
   `timeout` (error_kind drain_timeout);
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
   started become `cancelled`. Every row gets exactly one outcome;
-- session turns (issue 4): a row with `after` = the idx of an earlier row is skipped by the dispatch
+- session turns: a row with `after` = the idx of an earlier row is skipped by the dispatch
   loop; when that row finishes ok, this row's intended_ns becomes its done_ns + think_ns, its body is
   rebuilt by `next_body(i, prev_row, prev_reads) -> (body, planned_prompt_tokens)` (the history), and it
   is dispatched at that time like any other (same concurrency cap). If the earlier row failed, the rest
@@ -170,7 +170,7 @@ class Runner:
             if self._next_turn:
                 self._release_next(row, reads)
 
-    # --- session turns (issue 4) -------------------------------------------------------------------
+    # --- session turns ---------------------------------------------------------------------------
     def _sessions_init(self, next_body) -> None:
         self.next_body = next_body
         pos = {r.idx: i for i, r in enumerate(self.rows)}

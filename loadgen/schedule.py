@@ -193,8 +193,8 @@ def _sample_lengths(config: RunConfig, n: int, read_trace, *salt: int) -> tuple[
         prompt, output = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         for j, c in enumerate(config.mix):
             m = cls == j
-            prompt[m] = lengths.sample(c.prompt, n, lengths.child_seed(sub_seed(config.seed, _PROMPT_STREAM, *salt), j))[m]
-            output[m] = lengths.sample(c.output, n, lengths.child_seed(sub_seed(config.seed, _OUTPUT_STREAM, *salt), j))[m]
+            for out, spec, stream in ((prompt, c.prompt, _PROMPT_STREAM), (output, c.output, _OUTPUT_STREAM)):
+                out[m] = lengths.sample(spec, n, lengths.child_seed(sub_seed(config.seed, stream, *salt), j))[m]
         return prompt, output
     return draw(config.prompt_tokens, _PROMPT_STREAM, "prompt"), draw(config.output_tokens, _OUTPUT_STREAM, "output")
 
@@ -255,14 +255,6 @@ def _warmup(config: RunConfig, n: int) -> np.ndarray:
     warmup = np.zeros(n, dtype=bool)
     warmup[: min(config.warmup_requests, n)] = True
     return warmup
-
-
-def sample_lengths(spec: Lengths, n: int, seed: np.random.SeedSequence) -> np.ndarray:
-    return lengths.sample(spec, n, seed)
-
-
-def text_seed(config: RunConfig) -> np.random.SeedSequence:
-    return sub_seed(config.seed, _TEXT_STREAM)
 
 
 def plan_records(s: Schedule) -> list[dict]:

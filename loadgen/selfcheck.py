@@ -5,10 +5,12 @@ The invalid-run rule (any one makes the run `invalid`, exit 3, reasons in manife
    send_lag and the percentile rule are metrics.py's (a wait for a --max-concurrency slot is the user's
    cap, recorded as slot_wait, not the generator falling behind), over the measured (non-warm-up) rows,
    so the figure equals the summary's send_lag p99.
-2. achieved rate departs from the offered rate by more than `rate_tolerance` (default 2 %, relative):
-   rate = (n - 1) / span, over dispatch times vs intended times.
+2. achieved rate departs from the offered rate by more than `rate_tolerance` (default 2 %, relative;
+   `run.max_rate_deviation`, `--max-rate-deviation`): rate = (n - 1) / span, over dispatch times vs
+   intended times.
 3. arrival shape: the coefficient of variation (CV) of the dispatch gaps departs from the CV of the
-   planned gaps by more than `cv_tolerance` (default 0.1, absolute; Poisson must stay ~1, constant ~0).
+   planned gaps by more than `cv_tolerance` (default 0.1, absolute; `run.max_cv_deviation`,
+   `--max-cv-deviation`; Poisson must stay ~1, constant ~0).
 Rules 2 and 3 need at least MIN_GAPS gaps (fewer say nothing about a rate or a shape).
 Rules 2 and 3 include warm-up rows: the generator must keep the whole schedule, measured or not.
 
@@ -39,6 +41,10 @@ class Limits:
     rate_tolerance: float = RATE_TOLERANCE
     cv_tolerance: float = CV_TOLERANCE
     min_gaps: int = MIN_GAPS
+
+
+def limits_of(config) -> Limits:
+    return Limits(config.max_send_lag_p99_ns, config.max_rate_deviation, config.max_cv_deviation)
 
 
 def check(intended_ns: np.ndarray, dispatched_ns: np.ndarray, slot_wait_ns: np.ndarray | None = None,

@@ -26,7 +26,8 @@ from typing import TextIO
 import orjson
 
 from loadgen.probe_http import Probe, ProbeError
-from loadgen.prompts import Tokenizer, TokenizerError
+from loadgen.errors import TokenizerError
+from loadgen.prompts import Tokenizer
 
 SHAPES = ("vllm", "llamacpp", "tgi")
 PROBE_TIMEOUT_S = 5.0

@@ -24,16 +24,11 @@ from pathlib import Path
 import numpy as np
 import orjson
 import polars as pl
+from loadgen.errors import TraceError  # noqa: F401  (raised here; importable from here too)
 
 FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 BLOCK_TOKENS = 512  # Mooncake's hash_ids granularity
 _SHOW = 10
-
-
-class TraceError(Exception):
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 @dataclass

@@ -14,13 +14,8 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 
+from loadgen.errors import TransportError  # noqa: F401  (raised here; importable from here too)
 from loadgen.recorder import Row
-
-
-class TransportError(Exception):
-    def __init__(self, kind: str, detail: str):
-        super().__init__(f"{kind}: {detail}")
-        self.kind, self.detail = kind, detail
 
 
 class _Response:

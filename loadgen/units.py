@@ -37,10 +37,3 @@ def parse_rate_per_s(text: str | float) -> float:
         raise ValueError(f"bad rate {text!r}: must be > 0")
     return value
 
-
-def format_ns(ns: int) -> str:
-    """Shortest readable form of a duration in ns (used in messages and reports)."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:g}{unit}"
-    return f"{ns}ns"

@@ -12,7 +12,8 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
     prefill    time from the start of prefill to the first token
     decode     last token - first token
       decode_ideal       idle-server ITL x (output_tokens - 1): what decoding alone would have cost
-      decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py)
+      decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py), at most
+                         decode - decode_ideal less the client's measured read lateness
       decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower)
     other      e2e - send_lag - slot_wait - connect - queue - prefill - decode: network, HTTP, tokenization,
                the server's own overhead (explicit residual, may be slightly negative from rounding)
@@ -24,7 +25,7 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
     calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
-                    on the idle server before the run (L = prompt tokens, calibrate.py), and the
+                    on the idle server before the run (L = prompt tokens, loadgen/calibrate.py), and the
                     engine's step boundaries seen in every stream's stamps (steps.py): the prefill
                     started at the step boundary from which the steps' excess over a decode-only
                     step covers 0.75 x its idle compute (at least one step; several when chunked),
@@ -107,12 +108,16 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
                            .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
                            .otherwise(pl.col("prefill_ms")))
-    stalls = attribute_stalls(run.tokens, d, rule or StallRule())
+    rule = rule or StallRule.for_run(run.manifest)
+    stalls = attribute_stalls(run.tokens, d, rule)
+    # Stalls are at most the decode time beyond the ideal, less what the client's own read lateness can
+    # add to a stream's last stamp (rule.client_lateness_ns; ~0 on a quiet host).
     d = d.join(stalls, on="request_id", how="left").with_columns(
         pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),
         decode_stalls_ms=pl.min_horizontal(
             pl.col("stall_ms").fill_null(0.0),
-            (pl.col("decode_ms") - pl.col("decode_ideal_ms")).clip(lower_bound=0)),
+            (pl.col("decode_ms") - pl.col("decode_ideal_ms") - rule.client_lateness_ns / NS_PER_MS)
+            .clip(lower_bound=0)),
     ).with_columns(
         decode_contention_ms=pl.col("decode_ms") - pl.col("decode_ideal_ms") - pl.col("decode_stalls_ms"),
         other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("slot_wait_ms") - pl.col("connect_ms")
@@ -172,7 +177,8 @@ def by_prompt_tokens(d: pl.DataFrame, bins: int = 4) -> list[dict]:
     t = (labelled.group_by("bin").agg(
         pl.len().alias("n"), pl.col("prompt_tokens").min().alias("prompt_tokens_min"),
         pl.col("prompt_tokens").max().alias("prompt_tokens_max"),
-        metrics.quantile_expr("ttft_ms", 0.5).alias("ttft_p50"), metrics.quantile_expr("tpot_ms", 0.5).alias("tpot_p50"),
+        metrics.quantile_expr("ttft_ms", 0.5).alias("ttft_p50"),
+        metrics.quantile_expr("tpot_ms", 0.5).alias("tpot_p50"),
         pl.col("queue_ms").mean().alias("queue_mean"), pl.col("prefill_ms").mean().alias("prefill_mean"))
         .sort("prompt_tokens_min").drop("bin"))
     return t.to_dicts()

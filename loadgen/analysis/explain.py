@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import orjson
 import polars as pl
 
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
-from loadgen.results import ResultsError, Run
+from loadgen.results import Run
 
 
 @dataclass(frozen=True)
@@ -29,26 +28,6 @@ class ExplainOptions:
     bandwidth: str | None = None
     model_config: str | None = None
     window_ns: int = 5_000_000_000
-
-
-def load_calibration(run: Run) -> dict | None:
-    p = run.path / "calibration.json" if run.path else None
-    if p is None or not p.is_file():
-        return None
-    try:
-        return orjson.loads(p.read_bytes())
-    except orjson.JSONDecodeError as e:
-        raise ResultsError(f"{p}: not valid JSON: {e}") from None
-
-
-def load_metrics(run: Run) -> pl.DataFrame | None:
-    p = run.path / "server_metrics.parquet" if run.path else None
-    if p is None or not p.is_file():
-        return None
-    try:
-        return pl.read_parquet(p)
-    except (pl.exceptions.PolarsError, OSError) as e:
-        raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
 def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float) -> tuple[float | None, str]:
@@ -63,8 +42,8 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
 
 
 def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl.DataFrame]:
-    calibration = load_calibration(run)
-    metrics = load_metrics(run)
+    calibration = run.calibration()
+    metrics = run.server_metrics()
     d = dec.decompose(run, calibration)
     agg = dec.aggregate(d)
     by_len = dec.by_prompt_tokens(d)

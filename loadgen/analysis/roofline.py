@@ -3,7 +3,7 @@
 From a Hugging Face `config.json`:
     head_dim         = head_dim, or hidden_size / num_attention_heads
     kv_heads         = num_key_value_heads (default num_attention_heads: no GQA)
-    bytes/element    = from torch_dtype (bfloat16/float16 2, float32 4, float8*/int8 1); --dtype overrides
+    bytes/element    = from torch_dtype (bfloat16/float16 2, float32 4, float8*/int8 1); model_shape(dtype=) overrides
     params           = embeddings (vocab x hidden) + lm_head unless tie_word_embeddings
                        + per layer: q and o (hidden x heads*head_dim each), k and v (hidden x kv_heads*head_dim
                        each), gated MLP (3 x hidden x intermediate_size), two norms (2 x hidden)
@@ -21,11 +21,13 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from loadgen.errors import LoadgenError
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "float8_e4m3fn": 1,
                "float8": 1, "int8": 1}
 
 
-class RooflineError(ValueError):
+class RooflineError(LoadgenError, ValueError):
     pass
 
 

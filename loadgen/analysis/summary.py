@@ -32,15 +32,19 @@ def latency_columns(requests: pl.LazyFrame | pl.DataFrame):
     return metrics.latency_columns(requests)
 
 
-def itl_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.Series:
-    """Per-token ITL samples in ms of these requests (metrics.py's rule)."""
+def itl_ns(tokens: pl.DataFrame, request_ids: pl.Series) -> np.ndarray:
+    """Per-token ITL samples in ns of these requests (metrics.py's rule)."""
     g = metrics.request_gaps(tokens.filter(pl.col("request_id").is_in(request_ids.cast(pl.String).implode())))
     k = g["k"].to_numpy()
-    return pl.Series("itl", np.repeat(g["gap_ns"].to_numpy() / k, k) / metrics.NS_PER_MS)
+    return np.repeat(g["gap_ns"].to_numpy() / k, k)
 
 
-def distribution(values: pl.Series) -> dict[str, float | None]:
-    return metrics.distribution(values)
+def itl_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.Series:
+    return pl.Series("itl", itl_ns(tokens, request_ids) / metrics.NS_PER_MS)
+
+
+def distribution_ms(values_ns) -> dict[str, float | None]:
+    return metrics.distribution(values_ns, scale=metrics.NS_PER_MS)
 
 
 def _rate(times: pl.Series) -> float | None:
@@ -52,7 +56,7 @@ def _status_reason(status: str | None) -> list[str]:
 
 
 def summarize(run: Run) -> dict:
-    req = latency_columns(measured(run))
+    req = metrics.latency_columns(measured(run), unit_ns=1)
     ok = req.filter(pl.col("outcome") == "ok")
     outcomes = dict(req.group_by("outcome").len().iter_rows())
     n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
@@ -60,8 +64,8 @@ def summarize(run: Run) -> dict:
     if n and req["done_ns"].drop_nulls().len():
         window_ns = req["done_ns"].max() - req["intended_ns"].min()
     per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
-    latency = {m: distribution(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
-    latency["itl"] = distribution(itl_ms(run.tokens, ok["request_id"]))
+    latency = {m: distribution_ms(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
+    latency["itl"] = distribution_ms(itl_ns(run.tokens, ok["request_id"]))
     manifest = run.manifest
     return {
         "run": {"path": str(run.path), "name": manifest.get("config", {}).get("name"),

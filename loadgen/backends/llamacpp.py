@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import orjson
 
-from loadgen.backends.sse import SSEParser
-from loadgen.backends.stream import Stream, as_float, as_int
+from loadgen.backends import Messages, joined
+from loadgen.backends.stream import Stream, as_float, as_int, sse_events
 from loadgen.recorder import Row
 
 
@@ -28,16 +28,21 @@ class LlamaCppBackend:
         payload = {"prompt": prompt, "n_predict": max_tokens, "stream": True, **self.extra_body}
         return orjson.dumps(payload)
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
-        parser = SSEParser()
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        return self.body(joined(messages), max_tokens)  # /completion takes one prompt text
+
+    def reply_text(self, reads: list[bytes]) -> str:
+        return "".join(self._parse([0] * len(reads), reads)[0].texts)
+
+    def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
         stream = Stream()
         final: dict = {}
-        for t, data in zip(read_t_ns, reads):
-            for ev in parser.feed(data):
-                final = self._event(ev.data, t, stream) or final
-        if read_t_ns:
-            for ev in parser.close():
-                final = self._event(ev.data, read_t_ns[-1], stream) or final
+        for t, data in sse_events(read_t_ns, reads):
+            final = self._event(data, t, stream) or final
+        return stream, final
+
+    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        stream, final = self._parse(read_t_ns, reads)
         timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
         count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
         prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import orjson
 
-from loadgen.backends import prompt_payload
+from loadgen.backends import Messages, messages_payload, user
 from loadgen.backends.stream import Stream, as_int
 from loadgen.recorder import Row
 
@@ -30,13 +30,19 @@ class OllamaBackend:
         self.path = PATHS[api]
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
-        payload = prompt_payload(self.api, self.model, prompt)
+        return self.body_messages(user(prompt), max_tokens)
+
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        payload = messages_payload(self.api, self.model, messages)
         options = {"num_predict": max_tokens, **self.extra_body.get("options", {})}
         payload.update(stream=True, **{k: v for k, v in self.extra_body.items() if k != "options"})
         payload["options"] = options
         return orjson.dumps(payload)
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+    def reply_text(self, reads: list[bytes]) -> str:
+        return "".join(self._parse([0] * len(reads), reads)[0].texts)
+
+    def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
         stream = Stream()
         final: dict = {}
         buf = b""
@@ -47,6 +53,10 @@ class OllamaBackend:
                 final = self._line(line, t, stream) or final
         if buf.strip() and read_t_ns:
             final = self._line(buf, read_t_ns[-1], stream) or final
+        return stream, final
+
+    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        stream, final = self._parse(read_t_ns, reads)
         stream.fill(row, as_int(final.get("eval_count")), as_int(final.get("prompt_eval_count")),
                     bool(final.get("done")), "the done: true object")
         total, prompt, gen = (as_int(final.get(k)) for k in ("total_duration", "prompt_eval_duration",

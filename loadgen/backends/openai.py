@@ -21,10 +21,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from loadgen.backends import prompt_payload
+from loadgen.backends import Messages, messages_payload, user
 from loadgen.backends.llamacpp import llamacpp_timings
-from loadgen.backends.sse import SSEParser
-from loadgen.backends.stream import Stream, as_float
+from loadgen.backends.stream import Stream, as_float, sse_events
 from loadgen.recorder import OK, Row
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -36,10 +35,19 @@ class OpenAIBackend:
         self.path = PATHS[api]
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
-        payload = prompt_payload(self.api, self.model, prompt)
+        return self.body_messages(user(prompt), max_tokens)
+
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        payload = messages_payload(self.api, self.model, messages)
         payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
         payload.update(self.extra_body)
         return orjson.dumps(payload)
+
+    def reply_text(self, reads: list[bytes]) -> str:
+        stream, state = Stream(), {"usage": None, "metrics": None, "ended": False}
+        for _, data in sse_events([0] * len(reads), reads):
+            self._event(data, 0, stream, state)
+        return "".join(stream.texts)
 
     def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
         if not self._interpret_fast(row, read_t_ns, reads):
@@ -100,15 +108,10 @@ class OpenAIBackend:
         return True
 
     def _interpret_full(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
-        parser = SSEParser()
         stream = Stream()
         state = {"usage": None, "metrics": None, "timings": None, "ended": False}
-        for t, data in zip(read_t_ns, reads):
-            for ev in parser.feed(data):
-                self._event(ev.data, t, stream, state)
-        if read_t_ns:
-            for ev in parser.close():
-                self._event(ev.data, read_t_ns[-1], stream, state)
+        for t, data in sse_events(read_t_ns, reads):
+            self._event(data, t, stream, state)
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
                     "[DONE] or a finish_reason")

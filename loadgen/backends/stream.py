@@ -17,15 +17,17 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from loadgen.backends.sse import SSEParser
 from loadgen.recorder import OK, STREAM_ERROR, Row
 
 
 class Stream:
-    __slots__ = ("chunk_t", "lengths", "error", "malformed")
+    __slots__ = ("chunk_t", "lengths", "texts", "error", "malformed")
 
     def __init__(self) -> None:
         self.chunk_t: list[int] = []
         self.lengths: list[int] = []
+        self.texts: list[str] = []
         self.error: str | None = None
         self.malformed: str | None = None
 
@@ -49,6 +51,7 @@ class Stream:
         if text:
             self.chunk_t.append(t_ns)
             self.lengths.append(len(text))
+            self.texts.append(text)
 
     def fill(self, row: Row, output_tokens: int | None, prompt_tokens: int | None, ended: bool,
              end_marker: str) -> None:
@@ -67,6 +70,18 @@ class Stream:
             row.fail(STREAM_ERROR, "incomplete_stream", f"stream closed before {end_marker}")
         elif row.outcome is None:
             row.outcome = OK
+
+
+def sse_events(read_t_ns, reads: list[bytes]):
+    """(stamp, data) of every SSE event in the reads: an event is stamped with the read that completed
+    it; what the stream's end completes, with the last read's stamp."""
+    parser = SSEParser()
+    for t, data in zip(read_t_ns, reads):
+        for ev in parser.feed(data):
+            yield t, ev.data
+    if len(read_t_ns):
+        for ev in parser.close():
+            yield read_t_ns[-1], ev.data
 
 
 def spread_tokens(lengths: list[int], total: int | None) -> list[int]:

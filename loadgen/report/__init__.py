@@ -4,6 +4,7 @@ from __future__ import annotations
 import orjson
 
 from loadgen.analysis.summary import METRICS, STATS
+from loadgen.metrics import PERCENTILE_RULE
 
 
 def to_json(summary: dict) -> str:
@@ -24,8 +25,11 @@ def to_text(summary: dict) -> str:
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
     for m in METRICS:
-        d = summary["latency_ms"][m]
-        lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+        d = summary["latency_ms"].get(m)
+        if d is not None:
+            lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    lines.append(f"percentiles: {summary.get('percentiles') or PERCENTILE_RULE}; HDR figures take the same rank "
+                 "and report its bucket's highest value (at most 0.1 % above)")
     h = summary.get("histograms")
     if h:
         lines += ["", f"{'HDR (*.hlog)':<16}{'count':>10}{'p50':>10}{'p99':>10}{'max':>10}{'out-of-range':>14}"]
@@ -38,7 +42,7 @@ def to_text(summary: dict) -> str:
         lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
                       f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
-    if "decomposition_ms" in summary:  # explain (issue 6)
+    if "decomposition_ms" in summary:  # written by analysis/explain.py
         from loadgen.report.explain_text import explain_lines
 
         lines += explain_lines(summary)

@@ -11,10 +11,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-
-
-class SimStartError(RuntimeError):
-    pass
+from loadgen.errors import SimStartError  # noqa: F401  (raised here; importable from here too)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Per request: stamp arrival, parse (surface), pick the request's fault, submit to the backend
 (fixed timer or engine), then for each chunk of `tokens_per_chunk` tokens: build its bytes,
 wait until its last token is due, read the clock (the token's send time), write. Finally the
-truth row and the metrics. Surfaces (openai_api.py, ollama_api.py, llamacpp_api.py) only parse
+truth row and the metrics. Surfaces (openai_api.py; native_apis.py for Ollama and llama.cpp) only parse
 requests and format bytes.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How long the decomposition takes on 10 million chunk rows (issue 6: "in seconds").
+"""How long the decomposition takes on 10 million chunk rows (docs/design.md: "in seconds").
 
     python -m tests.bench.bench_decompose   (also run by `make bench`) [--chunks 10000000]
 

@@ -1,4 +1,4 @@
-"""loadgen against a server of exactly known timing, next to a bare reference client (issue 5).
+"""loadgen against a server of exactly known timing, next to a bare reference client.
 
     python -m tests.bench.bench_fast    prints a table, writes tests/bench/results.json (~4.5 min);
                                         `make bench` runs it with every other tests/bench/bench_*.py
@@ -89,7 +89,8 @@ def run_loadgen(url: str, tmp: Path, rate: float, duration_s: float, tokens: int
     return extra, client, chunks
 
 
-def run_bare(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, core: str) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
+def run_bare(url: str, tmp: Path, rate: float, duration_s: float, tokens: int,
+             core: str) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
     out = tmp / "bare.json"
     subprocess.run(["taskset", "-c", core, PY, "-m", "tests.bench.bare_client", url, str(rate), str(duration_s),
                     str(tokens), str(out)], check=True, capture_output=True)
@@ -102,7 +103,9 @@ def run_bare(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, c
         f = None
         for stamp, n in zip(r["read_ns"], r["chunks"]):
             for _ in range(n):
-                ids.append(r["request_id"]); idx.append(k); t.append(stamp)
+                ids.append(r["request_id"])
+                idx.append(k)
+                t.append(stamp)
                 k += 1
                 f = stamp if f is None else f
         first.append(f)
@@ -110,7 +113,8 @@ def run_bare(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, c
                            "intended_ns": [r["intended_ns"] for r in reqs], "sent_ns": [r["sent_ns"] for r in reqs],
                            "first_ns": first}, schema_overrides={"first_ns": pl.Int64})
     client = client.with_columns(sent_for_ttft=pl.col("sent_ns"))
-    chunks = pl.DataFrame({"request_id": ids, "idx": idx, "t_ns": t}, schema={"request_id": pl.String, "idx": pl.Int64, "t_ns": pl.Int64})
+    chunks = pl.DataFrame({"request_id": ids, "idx": idx, "t_ns": t},
+                          schema={"request_id": pl.String, "idx": pl.Int64, "t_ns": pl.Int64})
     n = len(t)
     return {"status": "-", "cpu_us_per_chunk": d["cpu_s"] * 1e6 / n if n else None, "chunks": n,
             "loop_lateness_p99_ms": None}, client, chunks
@@ -151,7 +155,7 @@ HEADS = ["kind", "client", "rate", "tok", "achieved", "CV@srv", "lag50", "lag99"
 
 def fmt_row(r: dict) -> str:
     cells = []
-    for (k, f), h in zip(COLUMNS, HEADS):
+    for k, f in COLUMNS:
         v = r.get(k)
         width = len(f.format(0 if "f" in f else "x")) if v is None else None
         cells.append(f"{'-':>{width}}" if v is None else f.format(v))
@@ -171,14 +175,16 @@ def main() -> int:
     cases = [("accuracy", c, r, acc_s, 64) for r in env_list("BENCH_ACCURACY_RATES", "50,100,150,200") for c in clients]
     cases += [("capacity", c, r, cap_s, cap_tokens) for r in env_list("BENCH_CAPACITY_RATES", "400,800,1600")
               for c in clients if c != "lg-aio"]
-    print("ms unless noted; cpu/chk in µs of client CPU per streamed chunk; errors vs the simulator's truth", flush=True)
+    print("ms unless noted; cpu/chk in µs of client CPU per streamed chunk; errors vs the simulator's truth",
+          flush=True)
     print(header(), flush=True)
     results = []
     for case in cases:
         try:
             r = one_case(*case)
         except Exception as e:  # a failed case is reported, the others still run
-            r = {"kind": case[0], "client": case[1], "rate_per_s": case[2], "tokens": case[4], "error": repr(e)[:500]}
+            r = {"kind": case[0], "client": case[1], "rate_per_s": case[2], "tokens": case[4],
+                 "error": repr(e)[:500]}
             print(f"{case[0]:<8} {case[1]:<8} {case[2]:>6.0f} FAILED: {r['error']}", flush=True)
             results.append(r)
             continue
@@ -188,7 +194,8 @@ def main() -> int:
     rows = int(os.environ.get("BENCH_ANALYSIS_ROWS", "10000000"))
     if rows:
         analysis = analysis_bench.run(rows)
-        print(f"\nanalysis: loadgen report of {analysis['chunk_rows']:,} chunk rows ({analysis['requests']:,} requests): "
+        print(f"\nanalysis: loadgen report of {analysis['chunk_rows']:,} chunk rows "
+              f"({analysis['requests']:,} requests): "
               f"{analysis['seconds']:.1f} s, peak RSS {analysis['peak_rss_mib']:.0f} MiB", flush=True)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "cases": results, "analysis": analysis,

@@ -39,7 +39,8 @@ def write_burstgpt(path: Path, rows: int, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     ts = np.cumsum(rng.exponential(0.05, rows))
     req = np.clip(rng.lognormal(np.log(600), 1.0, rows), 1, 32000).astype(np.int64)
-    resp = np.where(rng.random(rows) < 0.03, 0, np.clip(rng.lognormal(np.log(150), 0.8, rows), 1, 4000)).astype(np.int64)
+    resp = np.where(rng.random(rows) < 0.03, 0,
+                    np.clip(rng.lognormal(np.log(150), 0.8, rows), 1, 4000)).astype(np.int64)
     pl.DataFrame({"Timestamp": np.round(ts, 3), "Model": np.where(rng.random(rows) < 0.8, "ChatGPT", "GPT-4"),
                   "Request tokens": req, "Response tokens": resp, "Total tokens": req + resp,
                   "Log Type": "Conversation log"}).write_csv(path)

@@ -14,7 +14,7 @@ def run_against(tmp_path, sim_args, **kw):
     with SimProcess(args=["--mode", "fixed", *sim_args, "--truth", str(truth)]) as sim:
         out = tmp_path / "run"
         p = loadgen("run", workload(tmp_path, **kw), "--url", sim.url, "--out", str(out), "--quiet")
-    assert p.returncode in (0, 3), p.stderr  # 3: invalid on a busy machine; the data are still all there
+    assert p.returncode == 0, p.stderr
     # the idle-server calibration probes (request ids calib-*) are in the truth too: keep the run's own
     return read_run(out), pl.read_ndjson(truth).filter(~pl.col("request_id").str.starts_with("calib-"))
 

@@ -1,6 +1,7 @@
 """`loadgen run` and `loadgen report` end to end against `loadgen sim --mode fixed`."""
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ import pytest
 
 from loadgen.analysis.summary import itl_ms
 from loadgen.results import read_run
+from loadgen.sim.truth import read_truth
 from tests.integration.conftest import loadgen, report_json, workload
 
 
@@ -27,10 +29,25 @@ def test_run_against_fixed_sim(fixed_sim, tmp_path, api):
     rate = s["rate"]
     assert abs(rate["achieved_per_s"] / rate["offered_per_s"] - 1) < 0.05
     lat = s["latency_ms"]
-    assert abs(lat["ttft"]["p50"] - 50) < 2, lat["ttft"]
-    assert abs(lat["itl"]["p50"] - 10) < 1, lat["itl"]
+    assert lat["ttft"]["p50"] >= 50 and lat["itl"]["p50"] > 0, lat   # the server's TTFT is 50 ms from arrival
 
     run = read_run(out)
+    # Against the simulator's truth (same monotonic clock): every chunk was stamped after the server wrote
+    # its token (a stamp taken too early, e.g. at send time, fails here), and the median delivery delay
+    # (server write -> client stamp) stays within 2 ms of what the host itself imposed: the run's own
+    # event-loop lateness p99 (manifest generator.loop_lateness_ms; < 1 ms on a quiet host, higher when
+    # other processes hold the cores). A stamp taken late, e.g. after parsing the stream, fails here.
+    truth = {r["request_id"]: r for r in read_truth(fixed_sim.args[fixed_sim.args.index("--truth") + 1])}
+    t0 = run.manifest["t0"]["monotonic_ns"]
+    delays = []
+    for rid, toks in run.tokens.sort("request_id", "idx").group_by("request_id", maintain_order=True):
+        server = truth[rid[0]]["token_ns"]
+        client = (toks["t_ns"] + t0).to_list()
+        assert len(client) == len(server) == 32
+        assert all(c >= w for c, w in zip(client, server)), rid
+        delays += [c - w for c, w in zip(client, server)]
+    host_ms = run.manifest["generator"]["loop_lateness_ms"]["p99"]
+    assert statistics.median(delays) / 1e6 < 2 + host_ms, (statistics.median(delays), host_ms)
     req = run.requests
     assert req.height == 60 and req["request_id"].n_unique() == 60
     ordered = req.filter(

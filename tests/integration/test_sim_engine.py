@@ -1,4 +1,4 @@
-"""`loadgen sim` engine mode through HTTP: the issue-3 phenomena (a)-(d), truth, per-request
+"""`loadgen sim` engine mode through HTTP: the batching phenomena (a)-(d) of docs/design.md, truth, per-request
 metrics, several tokens per chunk. Uses the `tiny` profile (dilated where many streams run)."""
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ import pytest
 
 from loadgen import config
 from loadgen.backends.openai import OpenAIBackend
-from loadgen.bodies import Bodies, reply_text
+from loadgen.backends import BACKENDS, Backend, make_backend
+from loadgen.bodies import Bodies
 from loadgen.datasets import DatasetError, load_sharegpt
 from loadgen.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.recorder import Row
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SHAREGPT = ROOT / "tests" / "data" / "sharegpt_sample.json"
 
 
-def plan(tmp_path, extra: str, api: str = "chat"):
+def plan(tmp_path, extra: str, api: str = "chat", backend: str = "openai"):
     p = tmp_path / "w.toml"
     p.write_text(textwrap.dedent(f"""
         model = "m"
@@ -38,7 +39,7 @@ def plan(tmp_path, extra: str, api: str = "chat"):
     c = config.load(p)
     s = build(c)
     convs = load_sharegpt(c.dataset) if c.dataset else None
-    b = Bodies(s, OpenAIBackend(api, "m", {}), PromptMaker(ApproximateTokenizer()), c.seed, convs)
+    b = Bodies(s, make_backend(backend, api, "m", {}), PromptMaker(ApproximateTokenizer()), c.seed, convs)
     return s, b, [orjson.loads(x) if x else None for x in b.build_all()]
 
 
@@ -121,7 +122,7 @@ def test_next_turn_carries_user_messages_and_the_actual_replies(tmp_path):
     assert bodies[1] is None  # built at run time
     reply = [sse('{"choices":[{"index":0,"delta":{"content":"tok tok "}}]}'),
              sse('{"choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":"length"}]}', "[DONE]")]
-    assert reply_text(reply) == "tok tok tok "
+    assert OpenAIBackend("chat", "m", {}).reply_text(reply) == "tok tok tok "
     prev = Row(0, "r0", 0, int(s.prompt_tokens[0]), 5)
     prev.output_tokens = 3
     body, planned = b.next_turn(1, prev, reply)
@@ -134,3 +135,49 @@ def test_next_turn_carries_user_messages_and_the_actual_replies(tmp_path):
     body2, planned2 = b.next_turn(2, prev2, reply)
     msgs2 = orjson.loads(body2)["messages"]
     assert len(msgs2) == 6 and msgs2[:4] == msgs and planned2 == sum(len(m["content"].split()) for m in msgs2)
+
+
+def test_ollama_chat_turns_carry_num_predict_and_the_ndjson_replies(tmp_path):
+    # Before the Backend protocol, a conversation (prefix or history) was posted to Ollama's /api/chat in
+    # the OpenAI shape (`max_tokens`, which Ollama ignores, instead of options.num_predict), and the reply
+    # text of an NDJSON stream was read as '' so the history lost every reply.
+    s, b, bodies = plan(tmp_path, "[session]\nturns = 2\nthink_ms = 10\n[prefix]\ntokens = 8\nfraction = 1.0\n",
+                        backend="ollama")
+    assert bodies[0]["options"] == {"num_predict": 5} and "max_tokens" not in bodies[0]
+    assert [m["role"] for m in bodies[0]["messages"]] == ["system", "user"]
+    reply = [b'{"message":{"role":"assistant","content":"tok tok "},"done":false}\n',
+             b'{"message":{"role":"assistant","content":"tok "},"done":false}\n{"message":{"role":"assistant",'
+             b'"content":""},"done":true,"eval_count":3}\n']
+    prev = Row(0, "r0", 0, int(s.prompt_tokens[0]), 5)
+    prev.output_tokens = 3
+    body = orjson.loads(b.next_turn(1, prev, reply)[0])
+    assert body["options"] == {"num_predict": 5} and "max_tokens" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    assert body["messages"][2]["content"] == "tok tok tok "
+
+
+@pytest.mark.parametrize("backend,api,reads,text", [
+    # OpenAI completions SSE
+    ("openai", "completions", [b'data: {"choices":[{"text":"a b"}]}\n\ndata: {"choices":[{"text":" c",'
+                               b'"finish_reason":"length"}]}\n\ndata: [DONE]\n\n'], "a b c"),
+    # Ollama /api/generate NDJSON, a line split across two reads
+    ("ollama", "completions", [b'{"response":"a b","done":false}\n{"respo', b'nse":" c","done":true}\n'], "a b c"),
+    # llama.cpp /completion SSE
+    ("llamacpp", "completions", [b'data: {"content":"a b"}\n\ndata: {"content":" c","stop":true}\n\n'], "a b c"),
+])
+def test_every_backend_reads_back_its_reply_text(backend, api, reads, text):
+    assert make_backend(backend, api, "m", {}).reply_text(reads) == text
+
+
+def test_llamacpp_conversations_are_one_prompt_text():
+    body = orjson.loads(make_backend("llamacpp", "chat", "m", {}).body_messages(
+        [{"role": "system", "content": "P"}, {"role": "user", "content": "Q"}], 7))
+    assert body["prompt"] == "P\nQ" and body["n_predict"] == 7
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_every_backend_implements_the_whole_protocol(name, api):
+    b = make_backend(name, api, "m", {})
+    members = [m for m in vars(Backend) if not m.startswith("_")] + list(Backend.__annotations__)
+    assert all(hasattr(b, m) for m in members), [m for m in members if not hasattr(b, m)]

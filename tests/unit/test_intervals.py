@@ -7,7 +7,7 @@ import pytest
 from loadgen import hdr
 from loadgen.analysis.summary import histograms, itl_ms
 from loadgen.intervals import LiveHistograms, metric_values_ns
-from loadgen.itl import itl_samples_ns
+from loadgen.metrics import itl_samples_ns
 from tests.unit.test_summary import make_run, row
 
 MS = 1_000_000

@@ -17,7 +17,7 @@ def write(tmp_path, cfg) -> str:
 
 def test_llama_8b_layout(tmp_path):
     s = model_shape(write(tmp_path, LLAMA_8B))
-    assert s["kv_bytes_per_token"] == 131072                 # 128 KiB, as DESIGN.md says
+    assert s["kv_bytes_per_token"] == 131072                 # 128 KiB, as docs/design.md says
     assert s["params"] == pytest.approx(8.03e9, rel=0.01)     # Llama-3-8B
     bw, source = bandwidth_from("h100-sxm", None)
     r = roofline(s, bw, source, 1000, 200, 150.0, "probes")

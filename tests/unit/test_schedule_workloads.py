@@ -51,7 +51,8 @@ def test_shared_prefix_groups_and_fraction(tmp_path):
 
 
 def test_sessions_chain_turns_and_carry_history(tmp_path):
-    s = build(load(tmp_path, "[session]\nturns = 3\nthink_ms = 2000\n", base=BASE.replace("requests = 200", "requests = 5")))
+    base = BASE.replace("requests = 200", "requests = 5")
+    s = build(load(tmp_path, "[session]\nturns = 3\nthink_ms = 2000\n", base=base))
     assert len(s) == 15
     assert s.session.tolist() == [i // 3 for i in range(15)] and s.turn.tolist() == [i % 3 for i in range(15)]
     assert s.after.tolist() == [NONE if i % 3 == 0 else i - 1 for i in range(15)]
@@ -98,7 +99,8 @@ def test_trace_flag_replaces_arrivals_and_lengths(tmp_path, name):
     s = build(c)
     t = traces.read(path)
     assert len(s) == min(len(t), 200)  # run.requests still bounds the replay
-    assert np.array_equal(s.intended_ns, np.rint((t.timestamps_ns[:len(s)] - t.timestamps_ns[0]) * 2.0).astype(np.int64))
+    want = np.rint((t.timestamps_ns[:len(s)] - t.timestamps_ns[0]) * 2.0).astype(np.int64)
+    assert np.array_equal(s.intended_ns, want)
     assert np.array_equal(s.prompt_tokens, t.prompt_tokens[:len(s)])
     if name.startswith("mooncake"):
         firsts = [b[0] for b in s.blocks]

@@ -48,17 +48,20 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
     # negative timestamp
     ("c.csv", BURST_HEAD + "-1,m,5,5,10,C\n", "burstgpt", "c.csv:2: Timestamp is negative"),
     # unsorted timestamps
-    ("d.csv", BURST_HEAD + "5,m,5,5,10,C\n4,m,5,5,10,C\n", "burstgpt", "d.csv:3: Timestamp is earlier than the row before"),
+    ("d.csv", BURST_HEAD + "5,m,5,5,10,C\n4,m,5,5,10,C\n", "burstgpt",
+     "d.csv:3: Timestamp is earlier than the row before"),
     # azure: a timestamp that is not a datetime
     ("e.csv", AZURE_HEAD + "2023-11-16 18:15:46.6805900,10,5\nyesterday,10,5\n", "azure",
      "e.csv:3: TIMESTAMP is not a valid timestamp"),
     # mooncake: a line that is not JSON, and one without input_length
-    ("f.jsonl", '{"timestamp": 1, "input_length": 5, "output_length": 2}\n{oops\n', "mooncake", "f.jsonl:2: not a JSON object"),
+    ("f.jsonl", '{"timestamp": 1, "input_length": 5, "output_length": 2}\n{oops\n', "mooncake",
+     "f.jsonl:2: not a JSON object"),
     ("g.jsonl", '{"timestamp": 1, "output_length": 2}\n', "mooncake", "g.jsonl:1: input_length is missing"),
     ("h.jsonl", '{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": ["x"]}\n', "mooncake",
      "h.jsonl:1: hash_ids must be a list of integers"),
     # own jsonl: unsorted
-    ("i.jsonl", '{"intended_ns": 9, "prompt_tokens": 5, "max_tokens": 2}\n{"intended_ns": 3, "prompt_tokens": 5, "max_tokens": 2}\n',
+    ("i.jsonl", '{"intended_ns": 9, "prompt_tokens": 5, "max_tokens": 2}\n'
+                '{"intended_ns": 3, "prompt_tokens": 5, "max_tokens": 2}\n',
      "jsonl", "i.jsonl:2: intended_ns is earlier"),
 ])
 def test_broken_traces_name_file_and_line(tmp_path, name, text, fmt, expected):

@@ -53,7 +53,8 @@ def test_schedule_outputs_and_a_written_plan_replays(tmp_path):
     p = loadgen("schedule", w, "--requests", "20")
     lines = [orjson.loads(x) for x in p.stdout.splitlines()]
     assert p.returncode == 0 and len(lines) == 20
-    assert {"request_id", "intended_ns", "prompt_tokens", "max_tokens", "prefix_group", "session", "turn"} <= set(lines[0])
+    keys = {"request_id", "intended_ns", "prompt_tokens", "max_tokens", "prefix_group", "session", "turn"}
+    assert keys <= set(lines[0])
     assert loadgen("schedule", w, "--requests", "20", "--out", tmp_path / "plan.parquet").returncode == 0
     assert pl.read_parquet(tmp_path / "plan.parquet")["intended_ns"].to_list() == [r["intended_ns"] for r in lines]
     assert loadgen("schedule", w, "--requests", "20", "--out", tmp_path / "plan.jsonl").returncode == 0
@@ -67,11 +68,13 @@ def test_schedule_outputs_and_a_written_plan_replays(tmp_path):
     # the trace does not exist
     (["--trace", "nope.csv"], "--trace: no such file"),
     # an unknown format name
-    (["--trace", "workloads/traces/azure_synthetic.csv", "--trace-format", "parquet"], "--trace-format: must be one of"),
+    (["--trace", "workloads/traces/azure_synthetic.csv", "--trace-format", "parquet"],
+     "--trace-format: must be one of"),
     # a time scale that is not a positive number
     (["--trace", "workloads/traces/azure_synthetic.csv", "--time-scale", "fast"], "--time-scale: must be a number > 0"),
     # a format that does not match the file
-    (["--trace", "workloads/traces/azure_synthetic.csv", "--trace-format", "burstgpt"], "missing column(s) 'Timestamp'"),
+    (["--trace", "workloads/traces/azure_synthetic.csv", "--trace-format", "burstgpt"],
+     "missing column(s) 'Timestamp'"),
     # --out with an unknown extension
     (["--out", "plan.txt"], "must end in .jsonl or .parquet"),
 ])

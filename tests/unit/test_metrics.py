@@ -1,0 +1,87 @@
+"""One definition per metric (loadgen/metrics.py): every consumer of a metric gets the same number.
+No run, no clock: hand-made rows as in test_summary."""
+import math
+
+import numpy as np
+import pytest
+
+from loadgen import hdr, metrics
+from loadgen.analysis.decompose import decompose
+from loadgen.analysis.summary import summarize
+from loadgen.execute import check_generator
+from loadgen.intervals import metric_values_ns
+from tests.unit.test_summary import make_run, row
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize("q,n,want", [
+    (0.5, 1, 1),        # one sample is every percentile
+    (0.5, 2, 1),        # the lower of two: ceil(1.0), no interpolation
+    (0.5, 5, 3),        # the median
+    (0.99, 76, 76),     # ceil(75.24): the largest (hdrh's rounded rank would say 75)
+    (0.99, 100, 99),    # exactly 99.0 stays 99, not 100 by binary rounding of 0.99 * 100
+    (0.999, 1000, 999),
+    (0.0, 10, 1),       # p0 is the smallest
+    (1.0, 10, 10),      # p100 is the largest
+])
+def test_nearest_rank(q, n, want):
+    assert metrics.rank(q, n) == want
+    assert metrics.quantiles(np.arange(1, n + 1, dtype=float)[::-1], [q]) == [want]
+
+
+def test_distribution_reports_measured_values_only():
+    d = metrics.distribution(np.array([3.0, 1.0, 2.0, 10.0, math.nan]))
+    assert d == {"p50": 2.0, "p90": 10.0, "p99": 10.0, "p999": 10.0, "max": 10.0, "mean": 4.0}
+    assert metrics.distribution(np.array([])) == dict.fromkeys(metrics.STATS)
+
+
+def waited_rows():
+    # 80 requests 10 ms apart; every 4th waited for a concurrency slot (30 ms) and was then sent 0.2 ms
+    # after its slot freed; the others were sent 0.1..0.8 ms late. Two warm-up rows were very late.
+    rows = []
+    for i in range(80):
+        r = row(i, 10 * i, [(10 * i + 60, 1), (10 * i + 70, 1)], warmup=i < 2)
+        wait = 30 * MS if i % 4 == 0 else 0
+        r.slot_wait_ns = wait
+        r.dispatched_ns = r.intended_ns + wait + (200_000 if wait else 100_000 * (1 + i % 8))
+        if i < 2:
+            r.dispatched_ns += 50 * MS
+        rows.append(r)
+    return rows
+
+
+def test_send_lag_is_one_number_in_the_summary_the_histograms_and_the_self_check():
+    # Before metrics.py the summary and the histograms counted the slot wait as send lag and the
+    # self-check did not (one quickstart report printed three p99s); now all three agree.
+    rows = waited_rows()
+    run = make_run(rows)
+    exact = summarize(run)["latency_ms"]["send_lag"]
+    _, generator = check_generator(rows)
+    rec = hdr.record(metric_values_ns(rows)["send_lag"])
+    from_hdr = hdr.summary_ms(rec)
+    assert exact["p99"] == pytest.approx(0.8) and exact["max"] == pytest.approx(0.8)  # no slot wait in it
+    assert generator["send_lag_p99_ms"] == exact["p99"]
+    assert generator["send_lag_p50_ms"] == exact["p50"]
+    for s in ("p50", "p99", "max"):
+        assert exact[s] <= from_hdr[s] <= exact[s] * 1.001 + 0.001   # HDR: 3 digits, µs rounding
+    assert summarize(run)["latency_ms"]["slot_wait"]["max"] == pytest.approx(30)
+
+
+def test_slot_wait_is_its_own_component_of_the_decomposition():
+    d = decompose(make_run(waited_rows()))
+    waited = d.filter(d["slot_wait_ms"] > 0)
+    assert waited.height == 19 and (waited["slot_wait_ms"] == 30).all()
+    assert waited["send_lag_ms"].to_list() == pytest.approx([0.2] * 19)
+    parts = sum(d[c] for c in ("send_lag_ms", "slot_wait_ms", "connect_ms", "decode_ms", "other_ms"))
+    assert (parts - d["e2e_ms"]).abs().max() < 1e-9
+
+
+def test_every_printed_percentile_agrees_with_hdr_within_its_precision():
+    rng = np.random.default_rng(9)
+    for n in (7, 76, 100, 1001):
+        v_ns = rng.lognormal(16, 1.0, n).astype(np.int64)
+        exact = metrics.distribution(v_ns / MS)
+        h = hdr.summary_ms(hdr.record(v_ns))
+        for s in ("p50", "p90", "p99", "p999", "max"):
+            assert exact[s] - 0.0005 <= h[s] <= exact[s] * 1.001 + 0.0005, (n, s)
