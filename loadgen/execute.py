@@ -380,11 +380,14 @@ def _auth_headers(config: RunConfig) -> dict[str, str]:
 
 
 def _say_lengths(out: TextIO | None, lengths: dict) -> None:
-    if not lengths["exact"]:
-        _say(out, ("note" if lengths["asked_approximate"] else "WARNING")
-             + f": prompt lengths are NOT exact: {lengths['reason']}"
-             + ("" if lengths["asked_approximate"] else f" (exit code {EXIT_INEXACT} unless "
-                                                        f"prompt.tokenizer = \"approximate\")"))
+    # A warning is not progress: on stderr with --quiet too (the note for an asked-for approximation is).
+    if lengths["exact"]:
+        return
+    if lengths["asked_approximate"]:
+        _say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
+    else:
+        _say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (exit code "
+                                f"{EXIT_INEXACT} unless prompt.tokenizer = \"approximate\")")
 
 
 def _say(out: TextIO | None, text: str) -> None:
