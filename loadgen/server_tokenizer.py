@@ -101,6 +101,8 @@ class ServerTokenizer(Tokenizer):
                 self.detail += "; chat template tokens NOT counted (the server cannot apply its template here)"
 
     def _chat_countable(self) -> bool:
+        if self.shape == "tgi":
+            return False  # TGI's tokenize cannot apply the chat template
         try:
             n = self.count_prompt(_PROBE_TEXTS[0])
         except TokenizerError:
@@ -135,7 +137,7 @@ class ServerTokenizer(Tokenizer):
     def count_prompt(self, text: str) -> int:
         if self.api != "chat":
             return self._count(self._body(text, True), text)
-        if not self.prompt_exact or self.shape == "tgi":
+        if not self.prompt_exact:
             return self.count(text)
         messages = [{"role": "user", "content": text}]
         if self.shape == "vllm":

@@ -51,7 +51,8 @@ class LlamaServer:
                "-t", str(self.threads), "-tb", str(self.threads), "-np", str(self.slots), "-c", str(self.ctx),
                "--metrics", "--alias", "tiny-llama", *self.extra]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -79,3 +80,14 @@ class LlamaServer:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def _die_with_parent() -> None:
+    # In the child before exec: SIGTERM when the test process dies (even by SIGKILL), so no server is left
+    # behind. Linux only (prctl PR_SET_PDEATHSIG = 1); elsewhere the fixture's stop() is the only stop.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

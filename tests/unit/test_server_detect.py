@@ -61,3 +61,11 @@ def test_an_empty_token_list_for_text_is_not_a_count():
     n = tokens_in("vllm", 200, b'{"tokens":[]}')
     assert n == 0 and not plausible("kalo mine", n)
     assert plausible("", 0) and plausible("kalo mine", 3) and not plausible("ab", 40) and not plausible("a", None)
+
+
+def test_tgi_chat_prompts_are_not_exact():
+    from loadgen.server_tokenizer import ServerTokenizer
+
+    tok = object.__new__(ServerTokenizer)  # no server: only the shape's capability is asked
+    tok.shape, tok.api, tok.prompt_exact = "tgi", "chat", True
+    assert tok._chat_countable() is False
