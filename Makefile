@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test bench lint clean chromium report-demo
+.PHONY: install run test e2e record-llamacpp bench lint clean chromium report-demo
 
 install: $(STAMP)
 
@@ -28,10 +28,30 @@ chromium:
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
 # Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
-# non-zero exit as failure.
+# non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
+# LOADGEN_SKIP_E2E=1 skips them.
 test: install chromium
 	$(BIN)/ruff check loadgen tests
 	$(BIN)/python -m pytest
+	@if [ "$${LOADGEN_SKIP_E2E:-0}" = 1 ]; then echo "make test: e2e tests SKIPPED (LOADGEN_SKIP_E2E=1)"; \
+	else $(MAKE) --no-print-directory e2e; fi
+
+# End-to-end against llama.cpp's llama-server, built from the llama-cpp-python sdist (registry) into
+# $${LOADGEN_CACHE:-~/.cache/loadgen}/llama-server/ once (cold: ~15-30 min on 2 cores), then reused;
+# the tests start it on a free loopback port and stop it by PID (docs/real-engines.md).
+E2E_TOOLS := cmake ninja g++
+e2e: install
+	@missing=""; for t in $(E2E_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then echo "make e2e: installing cmake ninja-build g++ (missing:$$missing)"; \
+	  (apt-get install -y -q cmake ninja-build g++ || (apt-get update -q && apt-get install -y -q cmake ninja-build g++)) \
+	  >/dev/null || { echo "make e2e: cannot install$$missing (apt-get as root needed)"; exit 1; }; fi
+	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
+	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" $(BIN)/python -m pytest tests/e2e
+
+# Re-record llama-server's byte transcripts in tests/data/llamacpp/ (replayed by the unit tests).
+record-llamacpp: install
+	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
+	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" $(BIN)/python -m tests.e2e.record_transcripts
 
 # A demo HTML + Markdown report of a simulator run where long prompts stall running streams.
 report-demo: install

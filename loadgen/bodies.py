@@ -1,7 +1,8 @@
 """Request bodies from the plan: synthetic or dataset text of the planned token counts, shared prefixes,
 Mooncake prefix blocks, and the growing history of multi-turn sessions.
 
-Text rules (counts under the run's tokenizer, see prompts.py):
+Text rules (counts under the run's tokenizer, see prompts.py; a request's text that is its whole prompt
+is counted as the server counts a whole prompt, every other piece alone):
 - a request without a shared prefix sends `new_tokens` of its own text;
 - a request in prefix group g sends the group's K-token text first: as a system message (chat), or
   followed by a newline and its own text (completions); every request of group g sends the same
@@ -80,7 +81,10 @@ class Bodies:
             if left > 0:  # longer than its blocks say: the rest is private text
                 parts.append(self.maker.text(left, self._rng(4, i)))
             return " ".join(parts)
-        return self.maker.text(n, self._rng(0, i))
+        # The request's whole prompt (no shared prefix, no session): counted as the server counts it,
+        # special tokens and chat template included (prompts.py); parts are counted alone.
+        whole = (s.prefix_group[i] == NONE or not s.prefix_tokens) and s.session[i] == NONE
+        return self.maker.text(n, self._rng(0, i), whole=bool(whole))
 
     def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by

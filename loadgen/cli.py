@@ -18,7 +18,8 @@ EXIT_CODES = """\
 exit codes:
   0    ok
   2    bad usage or input (every problem is listed, naming the file and key or the flag)
-  3    run invalid: the generator could not keep its schedule (reasons in manifest.json and the report)
+  3    run invalid: its numbers do not describe the asked workload (the generator fell behind, or the
+       prompt lengths are not exact): reasons in manifest.json and the report
   130  interrupted (SIGINT/SIGTERM): the results folder is still complete and readable
 """
 

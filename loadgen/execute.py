@@ -40,6 +40,8 @@ from loadgen.datasets import load_sharegpt
 from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
+from loadgen.prompts import usage_check, verdict
+from loadgen.servers import detect as detect_server
 from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
@@ -73,16 +75,20 @@ def default_out(config: RunConfig) -> Path:
 
 
 def request_bodies(config: RunConfig, schedule: Schedule, backend,
-                   url: str | None = None) -> tuple[list[bytes], Bodies, dict]:
+                   url: str | None = None, progress: TextIO | None = None) -> tuple[list[bytes], Bodies, dict]:
     """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
-    `workload` section: tokenizer used (and any fallback warning), prompt length checks, trace counts."""
-    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file)
+    `workload` section: tokenizer used (and any fallback warning), prompt length checks and verdict
+    (`prompt_lengths`, prompts.verdict), trace counts."""
+    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
+                                           config.model, progress)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
     bodies = Bodies(schedule, backend, maker, config.seed, convs)
     built = bodies.build_all()
+    checks = maker.summary()
     info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
-                                           "warning": warning}, "prompt_checks": maker.summary()}
+                                           "warning": warning}, "prompt_checks": checks,
+            "prompt_lengths": verdict(tokenizer, checks, config.tokenizer)}
     return built, bodies, info
 
 
@@ -99,9 +105,13 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
         _say(progress, f"started the built-in simulator at {url}")
     try:
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
-        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
+        server = detect_server(url, _auth_headers(config), progress=progress)
+        _say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
+        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url, progress)
+        workload_info["server"] = server
         if workload_info["tokenizer"]["warning"]:
             _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
+        _say_lengths(progress, workload_info["prompt_lengths"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
             _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
                  shaper, workload_info))
@@ -118,7 +128,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     clock = make_clock()
-    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    headers = _auth_headers(config)
     # Probe the idle server before t0.
     calibration = None
     if config.calibrate:
@@ -141,7 +151,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
         "status": "running", "invalid_reasons": [],
         "config": config.to_manifest(), "seed": config.seed,
         "target": {"url": redact_url(url), "backend": config.backend, "api": config.api,
-                   "builtin_sim": builtin_sim},
+                   "builtin_sim": builtin_sim, "server": (workload_info or {}).pop("server", None)},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
                "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
@@ -216,6 +226,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
     generator["out_of_range"] = {m: h["out_of_range"] for m, h in histograms.items()}
     writer.finalize(rows, t0)
+    lengths = manifest["workload"].get("prompt_lengths")
+    if lengths is not None:  # the server's own counts of what was sent
+        usage_check(lengths, [(r.planned_prompt_tokens, r.prompt_tokens) for r in rows if r.outcome == "ok"])
+        _say_lengths(progress, lengths)
+        if status == "complete" and not lengths["exact"] and not lengths["asked_approximate"]:
+            # the server was offered other prompts than the plan's: the run does not describe the workload
+            status = "invalid"
+            reasons.append(f"prompt lengths are not the planned ones: {lengths['reason']}")
     manifest.update(status=status, invalid_reasons=reasons, generator=generator,
                     finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
     writer.manifest(manifest)
@@ -354,6 +372,21 @@ async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder,
         line = _progress_line(runner, recorder, t0, total)
         out.write(f"\r{line}\033[K" if tty else line + "\n")
         out.flush()
+
+
+def _auth_headers(config: RunConfig) -> dict[str, str]:
+    return {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+
+
+def _say_lengths(out: TextIO | None, lengths: dict) -> None:
+    # A warning is not progress: on stderr with --quiet too (the note for an asked-for approximation is).
+    if lengths["exact"]:
+        return
+    if lengths["asked_approximate"]:
+        _say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
+    else:
+        _say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
+                                f"invalid, exit code {EXIT_INVALID}, unless prompt.tokenizer = \"approximate\")")
 
 
 def _say(out: TextIO | None, text: str) -> None:

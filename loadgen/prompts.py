@@ -1,12 +1,19 @@
 """Prompt text of an exact token count, and the tokenizers that count it.
 
 Tokenizers (chosen by `prompt.tokenizer`, recorded in the manifest):
-    server       the target's POST /tokenize: vLLM and the simulator ({"prompt": ...} -> "count" or
-                 "tokens"), llama.cpp ({"content": ...} -> "tokens"); special tokens are not counted
+    server       the target's own tokenize endpoint, its request shape found by probing (vLLM/SGLang,
+                 llama.cpp, TGI: server_tokenizer.py); a whole prompt is counted as the server counts
+                 it (special tokens; chat template where the server can apply it)
     local        a tokenizer.json on disk through the `tokenizers` package (never downloaded)
     approximate  no tokenizer: a token is a run of non-whitespace (exact for the simulator, a guess for
                  a real model; each row's server-reported `prompt_tokens` shows the real count)
     auto         (default) server when the target's /tokenize answers, else approximate with a warning
+
+Whole prompts vs parts: `text(n, rng, whole=True)` makes the request's entire prompt, counted by
+`count_prompt` (what the server's usage will say); parts of a prompt (shared prefixes, blocks, session
+turns) are counted alone by `count`. `verdict()` says whether a run's lengths are exact; a run whose
+lengths are not exact says so on stderr, in the manifest and report, and exits EXIT_INEXACT (4) unless
+`prompt.tokenizer = "approximate"` was asked for.
 
 Synthetic text: words of 2-letter syllables drawn without repetition from 16^5 = 1,048,576 distinct
 words by a seeded affine walk (index_j = (a + j*b) mod P, P prime, b != 0), so no word repeats within a
@@ -22,14 +29,12 @@ construction, the first FULL_CHECKS prompts and then every CHECK_EVERY-th (each 
 """
 from __future__ import annotations
 
-import http.client
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
-import orjson
+
 from loadgen.errors import TokenizerError  # noqa: F401  (raised here; importable from here too)
 
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pe", "di", "go", "ha", "ji", "fu", "be"]
@@ -46,12 +51,19 @@ class Tokenizer:
     exact = False     # True when counts are the target model's own
     detail = ""
 
+    prompt_exact = True  # whole prompts can be counted as the server counts them (see count_prompt)
+
     def count(self, text: str) -> int:
         return sum(1 for _ in _WS.finditer(text))
 
-    def whitespace_exact(self) -> bool:
+    def count_prompt(self, text: str) -> int:
+        """Tokens of `text` sent as a request's whole prompt (special tokens, chat template included)."""
+        return self.count(text)
+
+    def whitespace_exact(self, count=None) -> bool:
         """True when each whitespace-separated word is one token (the simulator): no search needed."""
-        return self.count("kalo mine rusa") == 3 and self.count("kalomine rusate vozupe di") == 4
+        count = count or self.count
+        return count("kalo mine rusa") == 3 and count("kalomine rusate vozupe di") == 4
 
     def describe(self) -> dict:
         return {"mode": self.mode, "exact": self.exact, "detail": self.detail}
@@ -88,58 +100,8 @@ class LocalTokenizer(Tokenizer):
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-class ServerTokenizer(Tokenizer):
-    """POST {base}/tokenize over one kept-alive connection (used before the run, never during it)."""
-    mode, exact = "server", True
-
-    def __init__(self, base_url: str, timeout_s: float = 5.0):
-        u = urlsplit(base_url.rstrip("/").removesuffix("/v1"))
-        self._host, self._port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
-        self._https, self._timeout_s = u.scheme == "https", timeout_s
-        self._conn: http.client.HTTPConnection | None = None
-        self.detail = f"{u.scheme}://{self._host}:{self._port}/tokenize"
-        self.shape = None
-        for shape in ("vllm", "llamacpp"):  # probe: the first shape that answers with tokens wins
-            self.shape = shape
-            try:
-                self.count("probe")
-                break
-            except TokenizerError:
-                self.shape = None
-        if self.shape is None:
-            raise TokenizerError(f"{self.detail} did not answer a tokenize request (vLLM or llama.cpp shape)")
-        self.detail += f" ({self.shape} shape)"
-
-    def _post(self, body: bytes) -> tuple[int, bytes]:
-        for attempt in (0, 1):  # one reconnect if the kept-alive connection was closed
-            if self._conn is None:
-                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-                self._conn = cls(self._host, self._port, timeout=self._timeout_s)
-            try:
-                self._conn.request("POST", "/tokenize", body, {"Content-Type": "application/json"})
-                r = self._conn.getresponse()
-                return r.status, r.read()
-            except (OSError, http.client.HTTPException) as e:
-                self._conn.close()
-                self._conn = None
-                if attempt:
-                    raise TokenizerError(f"{self.detail}: {type(e).__name__}: {e}") from None
-        raise AssertionError("unreachable")
-
-    def count(self, text: str) -> int:
-        body = ({"prompt": text, "add_special_tokens": False} if self.shape == "vllm" else {"content": text})
-        status, data = self._post(orjson.dumps(body))
-        try:
-            obj = orjson.loads(data) if status == 200 else None
-        except orjson.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict) or not isinstance(obj.get("count", obj.get("tokens")), (int, list)):
-            raise TokenizerError(f"{self.detail}: HTTP {status}, not a tokenize answer: {data[:120]!r}")
-        c = obj.get("count")
-        return c if isinstance(c, int) else len(obj["tokens"])
-
-
-def resolve(mode: str, url: str | None, tokenizer_file: str | None) -> tuple[Tokenizer, str | None]:
+def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "completions", model: str = "",
+            progress=None) -> tuple[Tokenizer, str | None]:
     """The tokenizer for a run, and a warning to show (stderr and manifest) when auto fell back."""
     if mode == "approximate":
         return ApproximateTokenizer(), None
@@ -149,14 +111,44 @@ def resolve(mode: str, url: str | None, tokenizer_file: str | None) -> tuple[Tok
         if mode == "server":
             raise TokenizerError("prompt.tokenizer = \"server\" needs a target (--url)")
         return ApproximateTokenizer(), None
+    from loadgen.server_tokenizer import ServerTokenizer
+
     try:
-        return ServerTokenizer(url), None
+        return ServerTokenizer(url, api, model, progress=progress), None
     except TokenizerError as e:
         if mode == "server":
             raise
         return ApproximateTokenizer(), (f"the target has no usable /tokenize ({e}); prompt lengths are "
                                         f"APPROXIMATE (a token = a whitespace-separated word): compare "
                                         f"planned_prompt_tokens with prompt_tokens in requests.parquet")
+
+
+def verdict(tokenizer: Tokenizer, checks: dict, requested: str) -> dict:
+    """The manifest's `workload.prompt_lengths` before the run: exact (bool), asked_approximate (bool),
+    reason (why not exact, or None). usage_check() adds the comparison with the server's usage."""
+    reason = None
+    if not tokenizer.exact:
+        reason = f"no exact tokenizer (prompt.tokenizer = {requested!r} -> {tokenizer.mode})"
+    elif not tokenizer.prompt_exact:
+        reason = f"the chat template's tokens are not counted ({tokenizer.detail})"
+    elif checks["checked"] > checks["exact"]:
+        reason = (f"{checks['checked'] - checks['exact']} of {checks['checked']} checked prompts have another "
+                  f"length than planned (max abs error {checks['max_abs_error']} tokens)")
+    return {"exact": reason is None, "asked_approximate": requested == "approximate", "reason": reason}
+
+
+def usage_check(lengths: dict, pairs: list[tuple[int, int | None]]) -> None:
+    """After the run: compare planned prompt tokens with the server's own count (usage) of each ok request;
+    adds `usage` {compared, equal, max_abs_error} to `lengths` and marks it not exact on a mismatch
+    (when the pre-run checks called it exact)."""
+    got = [(p, r) for p, r in pairs if r is not None]
+    equal = sum(1 for p, r in got if p == r)
+    lengths["usage"] = {"compared": len(got), "equal": equal,
+                        "max_abs_error": max((abs(p - r) for p, r in got), default=0)}
+    if equal < len(got) and lengths["exact"]:
+        lengths["exact"] = False
+        lengths["reason"] = (f"the server counted another prompt length than planned for {len(got) - equal} of "
+                             f"{len(got)} requests (max abs error {lengths['usage']['max_abs_error']} tokens)")
 
 
 def word_walk(rng: np.random.Generator, n: int) -> list[str]:
@@ -182,35 +174,38 @@ class PromptMaker:
     exact: int = 0
     max_abs_error: int = 0
     made: int = 0
-    _ws: bool | None = field(default=None, repr=False)
+    _ws: dict | None = field(default=None, repr=False)  # whole -> whitespace-exact under that count
 
-    def text(self, n: int, rng: np.random.Generator) -> str:
-        """Text of exactly n tokens under self.tokenizer (round-trip checked when it is exact)."""
+    def text(self, n: int, rng: np.random.Generator, whole: bool = False) -> str:
+        """Text of exactly n tokens under self.tokenizer (round-trip checked when it is exact); whole: the
+        request's entire prompt, counted as the server counts it (count_prompt)."""
         if n <= 0:
             return ""
+        count = self.tokenizer.count_prompt if whole else self.tokenizer.count
         if self._ws is None:
-            self._ws = self.tokenizer.whitespace_exact()
+            self._ws = {}
+        if whole not in self._ws:
+            self._ws[whole] = self.tokenizer.whitespace_exact(count)
         words = word_walk(rng, n)
         self.made += 1
-        if self._ws:
+        if self._ws[whole]:
             text = " ".join(words)
             if self.made <= FULL_CHECKS or self.made % CHECK_EVERY == 0:
-                self.check(text, n)
+                self.check(text, n, count)
         else:
-            text = self._fit(n, words, rng)
-            self.check(text, n)
+            text = self._fit(n, words, rng, count)
+            self.check(text, n, count)
         return text
 
-    def check(self, text: str, n: int) -> None:
+    def check(self, text: str, n: int, count=None) -> None:
         if not self.tokenizer.exact:
             return
-        c = self.tokenizer.count(text)
+        c = (count or self.tokenizer.count)(text)
         self.checked += 1
         self.exact += c == n
         self.max_abs_error = max(self.max_abs_error, abs(c - n))
 
-    def _fit(self, n: int, words: list[str], rng: np.random.Generator) -> str:
-        count = self.tokenizer.count
+    def _fit(self, n: int, words: list[str], rng: np.random.Generator, count) -> str:
         # Largest k with count(first k words) <= n (count is non-decreasing in k).
         lo, hi = 0, len(words)
         if count(" ".join(words)) <= n:

@@ -81,6 +81,9 @@ def summarize(run: Run) -> Summary:
         "generator": manifest.get("generator"),
         "valid": manifest.get("status") == "complete",
         "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status")),
+        # what the target is, and whether the prompts had the planned lengths (prompts.verdict)
+        "server": (manifest.get("target", {}).get("server") or {}).get("kind"),
+        "prompt_lengths": manifest.get("workload", {}).get("prompt_lengths"),
     }
 
 

@@ -47,8 +47,7 @@ class LlamaCppBackend:
         count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
         prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))
         stream.fill(row, count, prompt_n, bool(final.get("stop")), "the stop: true event")
-        row.server_prefill_ms = as_float(timings.get("prompt_ms"))
-        row.server_decode_ms = as_float(timings.get("predicted_ms"))
+        llamacpp_timings(row, timings)
 
     @staticmethod
     def _event(data: bytes, t: int, stream: Stream) -> dict | None:
@@ -60,3 +59,9 @@ class LlamaCppBackend:
             return None
         stream.token(t, obj.get("content"))
         return obj if obj.get("stop") else None
+
+
+def llamacpp_timings(row: Row, timings: dict) -> None:
+    # prompt_ms: the prompt's processing (prefill, cached tokens excluded); predicted_ms: the decode.
+    row.server_prefill_ms = as_float(timings.get("prompt_ms"))
+    row.server_decode_ms = as_float(timings.get("predicted_ms"))

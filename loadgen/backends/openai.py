@@ -6,7 +6,9 @@ A chunk is an SSE event whose choice carries non-empty text (`text`, or `delta.c
 rule in backends/stream.py, with N = usage.completion_tokens. A stream is ok when it ends with
 `data: [DONE]` or a choice with a `finish_reason`; an `{"error": ...}` event inside a 200 stream or a
 chunk that is not JSON makes it a stream_error (tokens seen are kept).
-vLLM's per-request `metrics` object (with --enable-per-request-metrics) fills server_*_ms.
+Server timings fill server_*_ms from whatever the stream carries: vLLM's per-request `metrics` object
+(with --enable-per-request-metrics) or llama.cpp's `timings` object on its last chunk (prompt_ms,
+predicted_ms; llama-server sends it on every OpenAI-compatible stream).
 
 Fast path (same result, no per-chunk JSON parsing): when the stream is LF-framed one-line `data: {...}`
 events, ends with a usage chunk and `[DONE]`, and usage.completion_tokens equals the number of content
@@ -20,6 +22,7 @@ import numpy as np
 import orjson
 
 from loadgen.backends import Messages, messages_payload, user
+from loadgen.backends.llamacpp import llamacpp_timings
 from loadgen.backends.stream import Stream, as_float, sse_events
 from loadgen.recorder import OK, Row
 
@@ -99,20 +102,20 @@ class OpenAIBackend:
         row.chunk_tokens.extend([1] * len(content))
         row.n_chunks = row.output_tokens = len(content)
         row.first_token_ns, row.last_token_ns = int(t[0]), int(t[-1])
-        _server_timings(row, tail.get("metrics"))
+        _server_timings(row, tail.get("metrics"), tail.get("timings"))
         if row.outcome is None:
             row.outcome = OK
         return True
 
     def _interpret_full(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
         stream = Stream()
-        state = {"usage": None, "metrics": None, "ended": False}
+        state = {"usage": None, "metrics": None, "timings": None, "ended": False}
         for t, data in sse_events(read_t_ns, reads):
             self._event(data, t, stream, state)
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
                     "[DONE] or a finish_reason")
-        _server_timings(row, state["metrics"])
+        _server_timings(row, state["metrics"], state["timings"])
 
     def _event(self, data: bytes, t: int, stream: Stream, state: dict) -> None:
         if data == b"[DONE]":
@@ -125,6 +128,8 @@ class OpenAIBackend:
             state["usage"] = obj["usage"]
         if obj.get("metrics") is not None:
             state["metrics"] = obj["metrics"]
+        if obj.get("timings") is not None:
+            state["timings"] = obj["timings"]
         if self._choices(obj, t, stream):
             state["ended"] = True
 
@@ -142,7 +147,10 @@ class OpenAIBackend:
         return finished
 
 
-def _server_timings(row: Row, metrics) -> None:
+def _server_timings(row: Row, metrics, timings=None) -> None:
+    # llama.cpp's timings (the same object as on its native /completion: see backends/llamacpp.py).
+    if isinstance(timings, dict):
+        llamacpp_timings(row, timings)
     # vLLM's per-request metrics (--enable-per-request-metrics), in the final usage chunk.
     if isinstance(metrics, dict):
         row.server_queue_ms = as_float(metrics.get("queue_time_ms"))

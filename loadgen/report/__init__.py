@@ -15,7 +15,8 @@ def to_text(summary: dict) -> str:
     r, rate, thr = summary["requests"], summary["rate"], summary["throughput"]
     lines = [
         f"run        {summary['run']['path']}  ({summary['run']['status']})",
-        f"target     {summary['run']['target']}",
+        f"target     {summary['run']['target']}"
+        + (f"  (server: {summary['server']})" if summary.get("server") else ""),
         f"requests   scheduled {r['scheduled']}  ok {r['ok']}  failed {r['failed']}  dropped {r['dropped']}",
         "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
@@ -45,6 +46,10 @@ def to_text(summary: dict) -> str:
         from loadgen.report.explain_text import explain_lines
 
         lines += explain_lines(summary)
+    pl_ = summary.get("prompt_lengths")
+    if pl_ and not pl_["exact"]:
+        lines += ["", f"{'note' if pl_.get('asked_approximate') else 'WARNING'}: prompt lengths are NOT exact: "
+                      f"{pl_['reason']}"]
     if not summary["valid"]:
         lines.append("")
         lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]

@@ -6,13 +6,12 @@ import asyncio
 import signal
 import sys
 
-import orjson
 from aiohttp import web
 
-from loadgen.sim import tokenizer
 from loadgen.sim.clock import stop_ticker
 from loadgen.sim.openai_api import ChatCompletions, Completions
 from loadgen.sim.server import Sim, json_response
+from loadgen.sim.tokenize_api import routes as tokenize_routes
 
 
 def build_app(sim: Sim, extra_routes=()) -> web.Application:
@@ -30,7 +29,8 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
 
     async def h_models(request):
         return json_response({"object": "list", "data": [
-            {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9, "owned_by": "loadgen-sim",
+            {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9,
+             "owned_by": "llamacpp" if getattr(sim, "emulate", "vllm") == "llamacpp" else "loadgen-sim",
              "root": sim.model, "parent": None, "max_model_len": sim.max_model_len}]})
 
     async def h_ollama_tags(request):  # Ollama's model list
@@ -43,44 +43,14 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
         return web.Response(text=sim.metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Request-Id": request.headers.get("X-Request-Id", "")})
 
-    async def h_tokenize(request):
-        # vLLM: {"prompt": str} or {"messages": [...]} -> {"tokens", "count", "max_model_len"};
-        # llama.cpp: {"content": str} -> {"tokens"}
-        try:
-            body = orjson.loads(await request.read())
-            if not isinstance(body, dict):
-                raise ValueError("body must be a JSON object")
-            if "content" in body and "prompt" not in body and "messages" not in body:
-                return json_response({"tokens": tokenizer.encode(str(body["content"]))})
-            if "messages" in body:
-                ids = tokenizer.encode(tokenizer.chat_prompt_text(body["messages"]))
-            elif isinstance(body.get("prompt"), str):
-                ids = tokenizer.encode(body["prompt"])
-            else:
-                raise ValueError("expected 'prompt' (string), 'messages' or 'content'")
-        except (orjson.JSONDecodeError, ValueError) as e:
-            return json_response({"object": "error", "message": str(e), "code": 400}, status=400)
-        return json_response({"tokens": ids, "count": len(ids), "max_model_len": sim.max_model_len})
-
-    async def h_detokenize(request):
-        try:
-            body = orjson.loads(await request.read())
-            ids = body["tokens"]
-            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                raise ValueError
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError):
-            return json_response({"object": "error", "message": "expected {'tokens': [ints]}", "code": 400}, status=400)
-        text = tokenizer.decode(ids)
-        return json_response({"prompt": text, "content": text})
-
     app.router.add_post("/v1/completions", h_completions)
     app.router.add_post("/v1/chat/completions", h_chat)
     app.router.add_get("/health", h_health)
     app.router.add_get("/v1/models", h_models)
     app.router.add_get("/metrics", h_metrics)
     app.router.add_get("/api/tags", h_ollama_tags)
-    app.router.add_post("/tokenize", h_tokenize)
-    app.router.add_post("/detokenize", h_detokenize)
+    for method, path, make_handler in tokenize_routes(getattr(sim, "emulate", "vllm")):
+        app.router.add_route(method, path, make_handler(sim))
     for method, path, make_handler in extra_routes:
         app.router.add_route(method, path, make_handler(sim))
     return app

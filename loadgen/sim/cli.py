@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=int, default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
+    p.add_argument("--emulate", choices=["vllm", "llamacpp"], default="vllm",
+                   help="whose shapes the tokenize endpoints, /props, /v1/models and the OpenAI stream's last "
+                        "chunk take (sim/tokenize_api.py; default vllm)")
     return p
 
 
@@ -158,6 +161,7 @@ def _make_sim(args, faults):
               tokens_per_chunk=args.tokens_per_chunk, per_request_metrics=args.per_request_metrics,
               max_model_len=max_model_len)
     sim.t0_ns = t0_ns
+    sim.emulate = args.emulate
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

@@ -111,11 +111,14 @@ class OllamaChat(_Ollama):
         return {"message": {"role": "assistant", "content": text}}
 
 
-def _timings(ctx: Context, token_ns: list[int]) -> dict:
+def llamacpp_timings(ctx: Context, token_ns: list[int]) -> dict:
+    # llama-server's `timings` object (keys and order as recorded in tests/data/llamacpp/): prompt_n
+    # counts the prompt tokens it processed, cache_n those reused from its cache.
     d = _durations(ctx, token_ns)
     p_ms, g_ms = d["prompt_eval_duration"] / 1e6, d["eval_duration"] / 1e6
-    pn, gn = d["prompt_eval_count"], d["eval_count"]
-    return {"prompt_n": pn, "prompt_ms": p_ms, "prompt_per_token_ms": p_ms / pn if pn else 0.0,
+    cached = ctx.gen.cached_tokens if ctx.gen is not None else 0
+    pn, gn = d["prompt_eval_count"] - cached, d["eval_count"]
+    return {"cache_n": cached, "prompt_n": pn, "prompt_ms": p_ms, "prompt_per_token_ms": p_ms / pn if pn else 0.0,
             "prompt_per_second": pn / (p_ms / 1e3) if p_ms > 0 else 0.0,
             "predicted_n": gn, "predicted_ms": g_ms, "predicted_per_token_ms": g_ms / (gn - 1) if gn > 1 else 0.0,
             "predicted_per_second": (gn - 1) / (g_ms / 1e3) if g_ms > 0 else 0.0}
@@ -143,7 +146,7 @@ class LlamaCppCompletion(Surface):
     def _final(self, ctx, token_ns, content: str) -> dict:
         return {"content": content, "stop": True, "id_slot": 0, "index": 0, "model": ctx.parsed.model,
                 "tokens_predicted": len(token_ns), "tokens_evaluated": len(ctx.parsed.prompt),
-                "stop_type": "limit", "timings": _timings(ctx, token_ns)}
+                "stop_type": "limit", "timings": llamacpp_timings(ctx, token_ns)}
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
         return b"data: " + orjson.dumps(self._final(ctx, token_ns, "")) + b"\n\n"

@@ -66,6 +66,8 @@ class _OpenAI(Surface):
         return u
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
+        if getattr(sim, "emulate", "vllm") == "llamacpp":
+            return self._llamacpp_final(ctx, token_ns)
         out = b""
         if ctx.parsed.include_usage:
             chunk = {**self._head(ctx, self.object_chunk), "choices": [], "usage": self.usage(ctx, len(token_ns))}
@@ -73,6 +75,20 @@ class _OpenAI(Surface):
                 chunk["metrics"] = server_timings(ctx.gen, token_ns)
             out += _sse(chunk)
         return out + b"data: [DONE]\n\n"
+
+    def _llamacpp_final(self, ctx: Context, token_ns: list[int]) -> bytes:
+        from loadgen.sim.native_apis import llamacpp_timings
+
+        chunks = self._llamacpp_finish(ctx, len(token_ns))
+        if token_ns:
+            chunks[-1]["timings"] = llamacpp_timings(ctx, token_ns)
+        return b"".join(_sse(c) for c in chunks) + b"data: [DONE]\n\n"
+
+    def _llamacpp_finish(self, ctx: Context, n_out: int) -> list[dict]:
+        raise NotImplementedError
+
+    def _last(self, ctx: Context, end: int) -> bool:
+        return end == ctx.parsed.max_tokens and not ctx.parsed.extra.get("llamacpp")
 
     def _with_usage(self, ctx: Context, chunk: dict, n_out: int) -> dict:
         # include_usage: `usage: null` on every chunk but the last, or running counts with
@@ -99,15 +115,20 @@ class Completions(_OpenAI):
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
         return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
-                      {"continuous_usage": continuous})
+                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"})
 
     def token_bytes(self, ctx, start, end) -> bytes:
-        last = end == ctx.parsed.max_tokens
+        last = self._last(ctx, end)
         chunk = {**self._head(ctx, "text_completion"),
                  "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * (end - start),
                               "logprobs": None, "finish_reason": "length" if last else None,
                               "stop_reason": None}]}
         return _sse(self._with_usage(ctx, chunk, end))
+
+    def _llamacpp_finish(self, ctx, n_out) -> list[dict]:
+        return [{**self._head(ctx, "text_completion"),
+                 "choices": [{"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}],
+                 "usage": self.usage(ctx, n_out)}]
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "text_completion"),
@@ -131,7 +152,8 @@ class ChatCompletions(_OpenAI):
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
-                      stream, model or sim.model, include_usage, {"continuous_usage": continuous})
+                      stream, model or sim.model, include_usage,
+                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"})
 
     def first_bytes(self, ctx) -> bytes:
         chunk = {**self._head(ctx, "chat.completion.chunk"),
@@ -140,11 +162,18 @@ class ChatCompletions(_OpenAI):
         return _sse(self._with_usage(ctx, chunk, 0))
 
     def token_bytes(self, ctx, start, end) -> bytes:
-        last = end == ctx.parsed.max_tokens
+        last = self._last(ctx, end)
         chunk = {**self._head(ctx, "chat.completion.chunk"),
                  "choices": [{"index": 0, "delta": {"content": tokenizer.OUTPUT_TOKEN_TEXT * (end - start)},
                               "logprobs": None, "finish_reason": "length" if last else None}]}
         return _sse(self._with_usage(ctx, chunk, end))
+
+    def _llamacpp_finish(self, ctx, n_out) -> list[dict]:
+        out = [{**self._head(ctx, "chat.completion.chunk"),
+                "choices": [{"finish_reason": "length", "index": 0, "delta": {}}]}]
+        if ctx.parsed.include_usage:
+            out.append({**self._head(ctx, "chat.completion.chunk"), "choices": [], "usage": self.usage(ctx, n_out)})
+        return out
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "chat.completion"),

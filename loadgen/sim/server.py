@@ -99,6 +99,7 @@ class Sim:
         self.tokens_per_chunk = tokens_per_chunk
         self.per_request_metrics = per_request_metrics
         self.max_model_len = max_model_len
+        self.emulate = "vllm"  # vllm | llamacpp: the shapes of sim/tokenize_api.py (--emulate)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished

@@ -8,7 +8,8 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.prompts import PromptMaker, ServerTokenizer
+from loadgen.prompts import PromptMaker
+from loadgen.server_tokenizer import ServerTokenizer
 from loadgen.results import read_run
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 
