@@ -197,6 +197,17 @@ class _Response:
         keep = [i for i, b in enumerate(p.body_reads) if b]
         return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
 
+    def received(self) -> tuple[array, list[bytes]]:
+        """The body read so far with its stamps, without waiting: what a request cut off by its timeout
+        or by SIGINT/SIGTERM had already received (its tokens and first-token time are kept)."""
+        try:
+            p = parse_response(self._conn.data, True) or self._parsed
+        except TransportError:
+            p = self._parsed
+        t = self._conn.t
+        keep = [i for i, b in enumerate(p.body_reads) if b and i < len(t)]
+        return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
+
     async def read(self) -> bytes:
         return b"".join((await self.stamped())[1])
 

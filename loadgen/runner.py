@@ -131,6 +131,7 @@ class Runner:
         read_t: array = array("q")
         reads: list[bytes] = []
         streamed = False
+        resp = None
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 headers = {**self.headers, "X-Request-Id": row.request_id}
@@ -164,6 +165,8 @@ class Runner:
             row.fail(CONNECTION_ERROR, "client_error", f"{type(e).__name__}: {e}")
         finally:
             row.done_ns = now()
+            if streamed and not reads and hasattr(resp, "received"):
+                read_t, reads = resp.received()  # rawhttp cut off mid-stream: keep what already arrived
             if streamed:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
