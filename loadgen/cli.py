@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--url", help="server base URL; without it the built-in simulator is started")
     run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
     run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
-    run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms'")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the run in a non-empty --out folder (kept until the new run has started)")
+    run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms' "
+                                                   "(split like a shell would)")
     run.add_argument("--max-send-lag-p99", help="send-lag p99 above which the run is invalid (default 5ms)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
     # --- explain (issue 6) ---
@@ -89,13 +92,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _sim_args(text: str) -> tuple[str, ...]:
+    import shlex
+
+    from loadgen.config import ConfigError
+
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:
+        raise ConfigError([f"--sim-args: {e}"]) from None
+
+
+def _glue_sim_args(argv: list[str]) -> list[str]:
+    # `--sim-args '--prefix-caching'`: argparse takes a value that starts with '-' for a flag; glue it.
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--sim-args" and i + 1 < len(argv):
+            out.append(f"--sim-args={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def _config(args: argparse.Namespace):
     from loadgen import config
 
     overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
     cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
                       out=getattr(args, "out", None) if args.command == "run" else None,
-                      sim_args=tuple(getattr(args, "sim_args", "").split()))
+                      sim_args=_sim_args(getattr(args, "sim_args", "")))
     # --- explain (issue 6): run options that are not part of a workload ---
     if getattr(args, "scrape_metrics", None) is not None:
         from loadgen.units import parse_duration_ns
@@ -118,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         from loadgen.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_glue_sim_args(argv))
     from loadgen.config import ConfigError
     from loadgen.results import ResultsError
     from loadgen.datasets import DatasetError
@@ -150,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     try:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr)
+        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, overwrite=args.overwrite)
     except SimStartError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

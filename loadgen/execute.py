@@ -86,18 +86,18 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend,
     return built, bodies, info
 
 
-def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
+def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr, overwrite: bool = False) -> RunOutcome:
     schedule = build(config)
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = RunWriter(config.out or default_out(config))
-    writer.prepare()
+    writer.prepare(overwrite)
     sim = None
     url = config.url
-    if url is None:
-        sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
-        url = sim.start()
-        _say(progress, f"started the built-in simulator at {url}")
     try:
+        if url is None:
+            sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
+            url = sim.start()
+            _say(progress, f"started the built-in simulator at {url}")
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
         bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
         if workload_info["tokenizer"]["warning"]:
@@ -105,6 +105,11 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
             _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
                  shaper, workload_info))
+    except BaseException:
+        if sim is not None:
+            sim.stop()  # first: it writes its truth file into the folder when it stops
+        writer.abandon()  # failed before it started: the folder is as it was (no-op once started)
+        raise
     finally:
         if sim is not None:
             sim.stop()
