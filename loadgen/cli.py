@@ -181,6 +181,9 @@ def _run(args: argparse.Namespace) -> int:
     except SimStartError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.quiet:  # without progress lines, why a run failed must still be said
+        for reason in outcome.invalid_reasons:
+            print(f"INVALID RUN: {reason}", file=sys.stderr)
     print(outcome.path)
     return outcome.exit_code
 

@@ -41,6 +41,7 @@ from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
 from loadgen.rawhttp import RawHttpTransport
+from loadgen.reachability import unreachable_reason
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
@@ -51,10 +52,13 @@ from loadgen.sim.process import SimProcess
 from loadgen.transport import AiohttpTransport
 
 EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_UNREACHABLE = 4            # no request (or most) reached the server: loadgen/reachability.py
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
 FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
 SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
 LOOP_PROBE_NS = 20_000_000      # event-loop lateness probe period
+PROBE_TIMEOUT_NS = 10_000_000_000        # each calibration probe (an idle server answers one far sooner)
+CALIBRATION_BUDGET_NS = 60_000_000_000   # all calibration probes together
 
 
 @dataclass
@@ -62,9 +66,12 @@ class RunOutcome:
     path: Path
     status: str                      # complete | interrupted | invalid
     invalid_reasons: list[str] = field(default_factory=list)
+    unreachable: bool = False
 
     @property
     def exit_code(self) -> int:
+        if self.unreachable:
+            return EXIT_UNREACHABLE
         return {"complete": EXIT_OK, "invalid": EXIT_INVALID}.get(self.status, EXIT_INTERRUPTED)
 
 
@@ -215,6 +222,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
     if status != "complete":
         reasons = []
+    unreachable = unreachable_reason(rows) if status == "complete" else None
+    if unreachable:
+        reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
     if reasons:
         status = "invalid"
     generator["loop_lateness_ms"] = _lateness(lateness_ns)
@@ -231,23 +241,33 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     _say(progress, _progress_line(runner, recorder, t0, len(rows)) + f"  [{status}]")
     for reason in reasons:
         _say(progress, f"INVALID RUN: {reason}")
-    return RunOutcome(writer.path, status, reasons)
+    return RunOutcome(writer.path, status, reasons, unreachable=unreachable is not None)
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
                      writer: RunWriter, progress: TextIO | None, stop: asyncio.Event) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
     rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
+    if not rows:
+        return None
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
     bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
-    _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
-                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})})")
+    probe_ns = min(config.request_timeout_ns, PROBE_TIMEOUT_NS)
+    _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server at {redact_url(url)} "
+                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})}; each waits at most "
+                   f"{probe_ns / 1e9:g}s, all {CALIBRATION_BUDGET_NS / 1e9:g}s; --no-calibrate skips this)")
     async with make_transport(url, headers) as transport:
-        runner = Runner(rows, bodies, backend, transport, clock, Recorder(rows), max_concurrency=1,
-                        request_timeout_ns=config.request_timeout_ns,
-                        drain_timeout_ns=config.request_timeout_ns * len(rows))
-        if await runner.run(stop) == "interrupted":
-            return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
+        # The warm-up probe alone first: a server that does not answer it is not probed 15 more times.
+        for part, drain_ns in ((slice(0, 1), probe_ns), (slice(1, None), CALIBRATION_BUDGET_NS)):
+            runner = Runner(rows[part], bodies[part], backend, transport, clock,
+                            Recorder(rows[part]), max_concurrency=1, request_timeout_ns=probe_ns,
+                            drain_timeout_ns=drain_ns)
+            if await runner.run(stop) == "interrupted":
+                return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
+            if rows[0].outcome != "ok":
+                _say(progress, f"warning: calibration skipped: the first probe ended {rows[0].outcome} "
+                               f"({rows[0].error_kind}); queue and prefill will not be separated")
+                return None
     try:
         calibration = fit([probe_record(r) for r in rows[1:]])
     except ValueError as e:
