@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--url", help="server base URL; without it the built-in simulator is started")
     run.add_argument("--out", help="results folder (default results/NAME-TIMESTAMP)")
     run.add_argument("--max-concurrency", help="at most N requests in flight; later ones wait (recorded)")
+    run.add_argument("--header", action="append", metavar="'K: V'",
+                     help="send this header with every request (repeatable; secret-looking values are redacted)")
+    run.add_argument("--insecure", action="store_true", help="https: do not verify the server's certificate")
+    run.add_argument("--ca-bundle", metavar="FILE", help="https: verify the server against this CA file")
+    run.add_argument("--request-timeout", help="cut a request off after this long, e.g. 30s (default 120s)")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the run in a non-empty --out folder (kept until the new run has started)")
     run.add_argument("--sim-args", default="", help="flags for the built-in simulator, e.g. '--ttft 20ms' "
@@ -175,9 +180,12 @@ def _run(args: argparse.Namespace) -> int:
     from loadgen.execute import run_workload
     from loadgen.sim.process import SimStartError
 
+    from loadgen.client_options import ClientOptions
+
     cfg = _config(args)
+    client = ClientOptions.from_flags(args.header, args.insecure, args.ca_bundle, args.overwrite)
     try:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, overwrite=args.overwrite)
+        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
     except SimStartError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

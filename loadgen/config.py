@@ -191,15 +191,9 @@ class RunConfig:
 
 
 def redact_url(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
+    from loadgen.credentials import redact_url as redact
 
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=f"***@{host}")
-    return urlunsplit(parts)
+    return redact(url)
 
 
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
@@ -226,6 +220,7 @@ FLAG_KEYS = {
     "--backend": "backend",
     "--trace": "trace.file", "--trace-format": "trace.format", "--time-scale": "trace.time_scale",
     "--skip-bad-rows": "trace.skip_bad_rows",
+    "--request-timeout": "run.request_timeout",
 }
 
 
@@ -443,8 +438,10 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             and config.prompt_tokens.value <= config.prefix.tokens:
         bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): the prefix "
             f"is part of the prompt")
-    if url is not None and not url.startswith(("http://", "https://")):
-        problems.append(f"--url: must start with http:// or https://, got {url!r}")
+    if url is not None:
+        from loadgen.credentials import url_problems
+
+        problems.extend(url_problems(url))
     if problems:
         raise ConfigError(problems)
     return config

@@ -20,6 +20,7 @@ import platform
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ import uvloop
 
 from loadgen import __version__, selfcheck
 from loadgen.backends import make_backend
+from loadgen.client_options import ClientOptions, target_url_and_headers
 from loadgen.clock import Clock, TimerfdClock
 from loadgen.config import RunConfig, redact_url
 from loadgen.bodies import Bodies
@@ -93,13 +95,15 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend,
     return built, bodies, info
 
 
-def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr, overwrite: bool = False) -> RunOutcome:
+def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
+                 client: ClientOptions | None = None) -> RunOutcome:
+    client = client or ClientOptions()
+    url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
     schedule = build(config)
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = RunWriter(config.out or default_out(config))
-    writer.prepare(overwrite)
+    writer.prepare(client.overwrite)
     sim = None
-    url = config.url
     try:
         if url is None:
             sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
@@ -111,7 +115,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr, overwr
             _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
             _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
-                 shaper, workload_info))
+                 shaper, workload_info, (client, headers)))
     except BaseException:
         if sim is not None:
             sim.stop()  # first: it writes its truth file into the folder when it stops
@@ -124,22 +128,25 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr, overwr
 
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
                builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
-               workload_info: dict | None = None) -> RunOutcome:
+               workload_info: dict | None = None,
+               client_headers: tuple[ClientOptions, dict] | None = None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     clock = Clock()
-    headers = {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
+    client, headers = client_headers or (ClientOptions(), target_url_and_headers(config, ClientOptions())[1])
+    tls = client.ssl_context()
     # --- explain (issue 6): probe the idle server before t0 ---
     calibration = None
     if config.calibrate:
-        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop)
+        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop,
+                                       tls)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
     # --- end explain ---
-    transport = make_transport(url, headers)
+    transport = make_transport(url, headers, tls)
     await transport.__aenter__()
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
     run_id = secrets.token_hex(4)
@@ -164,6 +171,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": workload_info or {},
+        "client": client.manifest(headers),
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -177,7 +185,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # --- explain (issue 6): sample /metrics during the run (bytes only; parsed afterwards) ---
-    scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
+    scraper = Scraper(url, t0, config.scrape_interval_ns, headers, tls) if config.scrape_metrics else None
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     # --- end explain ---
     try:
@@ -245,7 +253,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
-                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event) -> dict | None:
+                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event,
+                     tls: ssl.SSLContext | bool = True) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
     rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
     if not rows:
@@ -256,7 +265,7 @@ async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, h
     _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server at {redact_url(url)} "
                    f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})}; each waits at most "
                    f"{probe_ns / 1e9:g}s, all {CALIBRATION_BUDGET_NS / 1e9:g}s; --no-calibrate skips this)")
-    async with make_transport(url, headers) as transport:
+    async with make_transport(url, headers, tls) as transport:
         # The warm-up probe alone first: a server that does not answer it is not probed 15 more times.
         for part, drain_ns in ((slice(0, 1), probe_ns), (slice(1, None), CALIBRATION_BUDGET_NS)):
             runner = Runner(rows[part], bodies[part], backend, transport, clock,
@@ -286,12 +295,12 @@ def shape_rows(rows: list[Row], schedule: Schedule) -> None:
             r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
 
 
-def make_transport(url: str, headers: dict[str, str]):
+def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True):
     # Plain http: the raw protocol transport (stamps in the protocol callback; see rawhttp.py).
-    # https, or LOADGEN_TRANSPORT=aiohttp: aiohttp.
+    # https, or LOADGEN_TRANSPORT=aiohttp: aiohttp (tls: client_options.ClientOptions.ssl_context).
     if url.startswith("http://") and os.environ.get("LOADGEN_TRANSPORT", "raw") == "raw":
         return RawHttpTransport(url, headers)
-    return AiohttpTransport(url, headers)
+    return AiohttpTransport(url, headers, tls)
 
 
 def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:

@@ -62,3 +62,60 @@ class Silent:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class BasicAuthServer(Silent):
+    """Answers like a tiny OpenAI server (a 3-token completion stream, /metrics, /v1/models) only to
+    requests whose Authorization header is `expected`; 401 otherwise. Records every request head."""
+
+    STREAM = (b'data: {"choices":[{"index":0,"text":"a ","finish_reason":null}]}\n\n'
+              b'data: {"choices":[{"index":0,"text":"b ","finish_reason":null}]}\n\n'
+              b'data: {"choices":[{"index":0,"text":"c","finish_reason":"length"}]}\n\n'
+              b'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3}}\n\ndata: [DONE]\n\n')
+    METRICS = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
+
+    def __init__(self, expected: str):
+        self.expected = expected.encode()
+        self.unauthorized: list[bytes] = []  # request lines answered 401
+        super().__init__()
+
+    def _read(self, conn: socket.socket) -> None:
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            lines = head.split(b"\r\n")
+            fields = {k.strip().lower(): v.strip() for k, _, v in (x.partition(b":") for x in lines[1:])}
+            length = int(fields.get(b"content-length", b"0"))
+            while len(buf) < length:
+                more = conn.recv(65536)
+                if not more:
+                    return
+                buf += more
+            buf = buf[length:]
+            with self._lock:
+                self.heads.append(head)
+            path = lines[0].split(b" ")[1]
+            if fields.get(b"authorization") != self.expected:
+                self.unauthorized.append(lines[0])
+                status, ctype, body = b"401 Unauthorized", b"text/plain", b"unauthorized"
+            elif path.endswith(b"/metrics"):
+                status, ctype, body = b"200 OK", b"text/plain", self.METRICS
+            elif path.endswith(b"/v1/models"):
+                status, ctype, body = b"200 OK", b"application/json", b'{"data":[{"id":"m"}]}'
+            elif lines[0].startswith(b"POST") and b"completions" in path:
+                status, ctype, body = b"200 OK", b"text/event-stream", self.STREAM
+            else:
+                status, ctype, body = b"404 Not Found", b"text/plain", b"no"
+            try:
+                conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype +
+                             b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                return
