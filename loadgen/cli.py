@@ -6,6 +6,7 @@ invalid (the generator could not keep the schedule); 130 interrupted (results st
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -141,6 +142,9 @@ def _config(args: argparse.Namespace):
         cfg = config.with_overrides(cfg, calibrate=not args.no_calibrate, scrape_metrics=args.scrape_metrics,
                                     scrape_interval_ns=interval_ns)
     # --- end explain ---
+    from loadgen.limits import check_config
+
+    check_config(cfg)
     return cfg
 
 
@@ -237,7 +241,11 @@ def _report(args: argparse.Namespace) -> int:
 def _schedule(args: argparse.Namespace) -> int:
     from loadgen.schedule import build, plan_records
 
-    records = plan_records(build(_config(args)))
+    from loadgen.limits import check_schedule
+
+    schedule = build(_config(args))
+    check_schedule(schedule.prompt_tokens, schedule.max_tokens)
+    records = plan_records(schedule)
     if args.out:
         out = Path(args.out)
         if out.suffix == ".parquet":
@@ -256,6 +264,10 @@ def _schedule(args: argparse.Namespace) -> int:
         print(out)
         return 0
     w = sys.stdout.buffer
-    for r in records:
-        w.write(orjson.dumps(r) + b"\n")
+    try:
+        for r in records:
+            w.write(orjson.dumps(r) + b"\n")
+        w.flush()
+    except BrokenPipeError:  # `loadgen schedule ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0

@@ -39,6 +39,7 @@ from loadgen.clock import Clock, TimerfdClock
 from loadgen.config import RunConfig, redact_url
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
+from loadgen.limits import check_config, check_schedule
 from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
@@ -99,7 +100,9 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
                  client: ClientOptions | None = None) -> RunOutcome:
     client = client or ClientOptions()
     url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
+    check_config(config)
     schedule = build(config)
+    check_schedule(schedule.prompt_tokens, schedule.max_tokens)  # before any prompt text exists
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = RunWriter(config.out or default_out(config))
     writer.prepare(client.overwrite)
