@@ -167,7 +167,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                    "builtin_sim": builtin_sim},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
                "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+        "host": {"hostname": socket.gethostname(), "pid": os.getpid(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "schedule": {"requests": len(schedule), "process": config.arrivals.process,
                      "configured_rate_per_s": config.arrivals.rate_per_s,

@@ -27,8 +27,9 @@ import numpy as np
 import polars as pl
 
 from loadgen import hdr
+from loadgen.analysis import completeness
 from loadgen.itl import itl_samples_ns
-from loadgen.results import Run
+from loadgen.results import ResultsError, Run
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect")
 STATS = ("p50", "p90", "p99", "p999", "max", "mean")
@@ -78,7 +79,9 @@ def _rate(times: pl.Series) -> float | None:
     return (t.len() - 1) * 1e9 / (t.max() - t.min())
 
 
-def _status_reason(status: str | None) -> list[str]:
+def _status_reason(status: str | None, missing: dict | None = None) -> list[str]:
+    if missing is not None and status not in ("complete", "invalid", "interrupted"):
+        return [completeness.reason(missing)]
     return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
 
 
@@ -94,10 +97,12 @@ def summarize(run: Run) -> dict:
     latency = {m: distribution(req[m] if m in ("send_lag", "connect") else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution(itl_ms(run.tokens, ok["request_id"]))
     manifest = run.manifest
+    missing = completeness.lost(run)
     return {
         "run": {"path": str(run.path), "name": manifest.get("config", {}).get("name"),
                 "status": manifest.get("status"), "target": manifest.get("target", {}).get("url")},
-        "requests": {"scheduled": n, "ok": n_ok, "failed": n - n_ok - n_dropped, "dropped": n_dropped},
+        "requests": {"scheduled": n, "ok": n_ok,  # cancelled rows were never sent: not failed
+                     "failed": n - n_ok - n_dropped - outcomes.get("cancelled", 0), "dropped": n_dropped},
         "outcomes": outcomes,
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
         "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
@@ -106,7 +111,9 @@ def summarize(run: Run) -> dict:
         "histograms": histograms(run.path),
         "generator": manifest.get("generator"),
         "valid": manifest.get("status") == "complete",
-        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status")),
+        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status"),
+                                                                                      missing),
+        "lost": missing,
     }
 
 
@@ -117,5 +124,9 @@ def histograms(run_dir: str | Path) -> dict[str, dict] | None:
     for m in hdr.METRICS:
         logs = sorted({*p.glob(f"{m}.hlog"), *p.glob(f"{m}.*.hlog")})
         if logs:
-            out[m] = hdr.summary_ms(hdr.merge_logs(logs))
+            try:
+                out[m] = hdr.summary_ms(hdr.merge_logs(logs))
+            except ValueError as e:  # a damaged line, named by file and line
+                raise ResultsError(f"{e}\n(the interval logs are damaged; requests.parquet is not: move the "
+                                   f"damaged .hlog aside to report without it)") from None
     return out or None
