@@ -125,20 +125,24 @@ def _glue_sim_args(argv: list[str]) -> list[str]:
 def _config(args: argparse.Namespace):
     from loadgen import config
 
-    overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
-    cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
-                      out=getattr(args, "out", None) if args.command == "run" else None,
-                      sim_args=_sim_args(getattr(args, "sim_args", "")))
-    # --- explain (issue 6): run options that are not part of a workload ---
+    # Every problem in one pass: the workload and flags, --scrape-interval, and (when any of those is
+    # wrong) the trace's rows too.
+    problems: list[str] = []
+    interval_ns = None
     if getattr(args, "scrape_metrics", None) is not None:
-        from loadgen.units import parse_duration_ns
-
-        try:
-            interval_ns = parse_duration_ns(args.scrape_interval)
-        except ValueError as e:
-            raise config.ConfigError([f"--scrape-interval: {e}"]) from None
-        if interval_ns <= 0:
-            raise config.ConfigError([f"--scrape-interval: must be > 0, got {args.scrape_interval!r}"])
+        interval_ns = _scrape_interval_ns(args.scrape_interval, problems)
+    overrides = {flag: getattr(args, flag[2:].replace("-", "_"), None) for flag in config.FLAG_KEYS}
+    cfg = None
+    try:
+        cfg = config.load(args.workload, overrides, url=getattr(args, "url", None),
+                          out=getattr(args, "out", None) if args.command == "run" else None,
+                          sim_args=_sim_args(getattr(args, "sim_args", "")))
+    except config.ConfigError as e:
+        problems[:0] = e.problems
+    if problems:
+        raise config.ConfigError(problems + _trace_problems(cfg, args))
+    # --- explain (issue 6): run options that are not part of a workload ---
+    if interval_ns is not None:
         cfg = config.with_overrides(cfg, calibrate=not args.no_calibrate, scrape_metrics=args.scrape_metrics,
                                     scrape_interval_ns=interval_ns)
     # --- end explain ---
@@ -146,6 +150,34 @@ def _config(args: argparse.Namespace):
 
     check_config(cfg)
     return cfg
+
+
+def _scrape_interval_ns(text: str, problems: list[str]) -> int | None:
+    from loadgen.units import parse_duration_ns
+
+    try:
+        interval_ns = parse_duration_ns(text)
+    except ValueError as e:
+        problems.append(f"--scrape-interval: {e}")
+        return None
+    if interval_ns <= 0:
+        problems.append(f"--scrape-interval: must be > 0, got {text!r}")
+    return interval_ns
+
+
+def _trace_problems(cfg, args: argparse.Namespace) -> list[str]:
+    from loadgen import traces
+
+    spec = cfg.trace if cfg is not None else None
+    path = spec.file if spec is not None else getattr(args, "trace", None)
+    if not path:
+        return []
+    try:
+        traces.read(path, (spec.format if spec else args.trace_format) or "",
+                    skip_bad_rows=bool(spec.skip_bad_rows if spec else args.skip_bad_rows))
+    except traces.TraceError as e:
+        return e.problems
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -235,6 +235,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
     sources: dict[str, str] = {}
+    conflicts = _trace_conflicts(raw, overrides or {})
     for flag, value in (overrides or {}).items():
         if value is None:
             continue
@@ -258,7 +259,30 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
             raw["run"].pop("requests" if leaf == "duration" else "duration", None)
         target[leaf] = value
         sources[key] = flag
-    return validate(raw, str(path), sources, url=url, out=out, sim_args=sim_args)
+    try:
+        config = validate(raw, str(path), sources, url=url, out=out, sim_args=sim_args)
+    except ConfigError as e:
+        raise ConfigError(conflicts + e.problems) from None
+    if conflicts:
+        raise ConfigError(conflicts)
+    return config
+
+
+def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
+    # A trace replay takes its arrivals (and, unless trace.lengths = false, its lengths) from the trace:
+    # flags that set them would be silently ignored, so they are errors.
+    trace = raw.get("trace") if isinstance(raw.get("trace"), dict) else {}
+    if overrides.get("--trace") is None and not trace:
+        return []
+    given = {f for f, v in overrides.items() if v is not None}
+    out = []
+    if "--rate" in given:
+        out.append("--rate: a trace replay takes its arrivals from the trace; use --time-scale (or trace.rate "
+                   "in the workload) to change its pace")
+    if trace.get("lengths", True) is not False:
+        out += [f"{f}: a trace replay takes the lengths from the trace (set trace.lengths = false in the "
+                f"workload to use the workload's lengths)" for f in ("--prompt-tokens", "--max-tokens") if f in given]
+    return out
 
 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
