@@ -60,11 +60,13 @@ Production-shaped workloads (issue 4) add:
     output = { dist = "normal", mean = 200, sd = 60, min = 16, max = 512 }
 
     [prefix]                       # shared system prompts
-    tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count)
+    tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count;
+                                   # with [session], added to each turn's user message instead)
     groups = 4                     # how many distinct prefixes
     fraction = 0.8                 # share of requests that carry one (the rest carry none)
 
-    [session]                      # multi-turn: each arrival starts a conversation
+    [session]                      # multi-turn: each arrival starts a conversation; [prompt] tokens
+                                   # is then each turn's new user message (prefix and history on top)
     turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1
     think_ms = { dist = "lognormal", median = 3000, sigma = 0.5 }  # think time after each reply
 
@@ -458,8 +460,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         tokenizer_file=tokenizer_file if isinstance(tokenizer_file, str) else None,
         dataset=dataset if isinstance(dataset, str) else None,
     )
-    if config.prefix is not None and not skip_lengths and config.prompt_tokens.dist == "fixed" \
-            and config.prompt_tokens.value <= config.prefix.tokens:
+    if config.prefix is not None and config.session is None and not skip_lengths \
+            and config.prompt_tokens.dist == "fixed" and config.prompt_tokens.value <= config.prefix.tokens:
         bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): the prefix "
             f"is part of the prompt")
     if url is not None:
