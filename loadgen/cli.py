@@ -21,6 +21,7 @@ examples:
   loadgen run workloads/quickstart.toml --url http://127.0.0.1:11434 --backend ollama --scrape-metrics
   loadgen report results/quickstart --device h100-sxm --model-config config.json   # + decode roofline
   loadgen schedule workloads/quickstart.toml --requests 5
+  loadgen export results/quickstart --format csv > requests.csv
   loadgen sim --mode fixed --ttft 50ms --itl 10ms --port 0
 """
 
@@ -94,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     _workload_flags(sch)
     sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
+    exp = sub.add_parser("export", help="per-request rows of a results folder as CSV or JSON lines")
+    exp.add_argument("run_dir")
+    exp.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    exp.add_argument("--out", help="write to this file instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     return parser
 
@@ -200,6 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
+        if args.command == "export":
+            from loadgen.export import export
+
+            try:
+                export(args.run_dir, args.format, args.out)
+            except BrokenPipeError:  # `loadgen export RUN | head`
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     except (ConfigError, TraceError, DatasetError) as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2

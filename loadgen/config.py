@@ -370,8 +370,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             bad(key, str(e))
             return 1.0
 
-    model = get("model")
-    if not isinstance(model, str) or not model:
+    model = get("model")  # absent: `loadgen run` asks the target's /v1/models (discover.py)
+    if model is not None and (not isinstance(model, str) or not model):
         bad("model", f"must be a non-empty string, got {model!r}")
     api = choice("api", APIS, "completions")
     backend = choice("backend", BACKENDS, "openai")

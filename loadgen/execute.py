@@ -36,7 +36,8 @@ from loadgen import __version__, selfcheck
 from loadgen.backends import make_backend
 from loadgen.client_options import ClientOptions, target_url_and_headers
 from loadgen.clock import Clock, TimerfdClock
-from loadgen.config import RunConfig, redact_url
+from loadgen.config import RunConfig, redact_url, with_overrides
+from loadgen.discover import DISCOVER_TIMEOUT_S, discover_model
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
 from loadgen.limits import check_config, check_schedule
@@ -103,7 +104,6 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
     check_config(config)
     schedule = build(config)
     check_schedule(schedule.prompt_tokens, schedule.max_tokens)  # before any prompt text exists
-    backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = RunWriter(config.out or default_out(config))
     writer.prepare(client.overwrite)
     sim = None
@@ -112,6 +112,11 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
             sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
             url = sim.start()
             _say(progress, f"started the built-in simulator at {url}")
+        if not config.model:
+            _say(progress, f"model not given: asking {redact_url(url)}/v1/models (up to {DISCOVER_TIMEOUT_S:g}s)")
+            config = with_overrides(config, model=discover_model(url, headers, client.ssl_context()))
+            _say(progress, f"model: {config.model} (the one the target serves)")
+        backend = make_backend(config.backend, config.api, config.model, config.extra_body)
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
         bodies, shaper, workload_info = request_bodies(config, schedule, backend, url)
         if workload_info["tokenizer"]["warning"]:
