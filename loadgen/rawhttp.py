@@ -8,13 +8,16 @@ parsing (status line, headers, chunked framing) is done after the stream, from t
 
 Scope: plain http:// (https goes through aiohttp), one request per connection at a time, keep-alive
 with no pool limit (an idle connection is reused, else a new one is opened: nothing queues), responses
-framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close.
+framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
+MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
+what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
 Same contract as transport.AiohttpTransport: post() yields a response with `status`, `read()` and
 `reads()`, plus `stamped()` -> (read_t_ns, reads) of the body, stamped in the protocol callback.
 """
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from array import array
 from contextlib import asynccontextmanager
@@ -24,12 +27,16 @@ from loadgen.recorder import Row
 from loadgen.transport import TransportError
 
 _END_CHUNKED = b"0\r\n\r\n"
+MAX_HEAD_BYTES = 64 << 10        # a longer response head is a bad_response
+MAX_RESPONSE_BYTES = 1 << 30     # a longer response is cut off: response_too_large (a 32k-token stream is ~6 MB)
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost")
+    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "size", "limit", "too_large")
 
-    def __init__(self):
+    def __init__(self, limit: int = 1 << 30):
+        self.size, self.limit, self.too_large = 0, limit, False
         self.transport = None
         self.t: array = array("q")
         self.data: list[bytes] = []
@@ -46,6 +53,10 @@ class _Conn(asyncio.Protocol):
         # (a false end is caught by the full parse, which then keeps waiting).
         self.t.append(time.monotonic_ns())
         self.data.append(data)
+        self.size += len(data)
+        if self.size > self.limit and not self.too_large:  # an endless body must not eat the memory
+            self.too_large = True
+            self.transport.close()
         d = self.done
         if d is not None and (self.wake_any or data.endswith(_END_CHUNKED)) and not d.done():
             d.set_result(None)
@@ -88,6 +99,8 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
     parts = head[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
         raise TransportError("bad_response", f"not an HTTP/1.x status line: {head[0][:80]!r}")
+    if not (parts[1].isdigit() and len(parts[1]) == 3):
+        raise TransportError("bad_response", f"not an HTTP status code: {head[0][:80]!r}")
     p.status = int(parts[1])
     p.keep_alive = parts[0] != "HTTP/1.0"
     for line in head[1:]:
@@ -96,6 +109,8 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
         if name == "transfer-encoding" and "chunked" in value:
             p.chunked = True
         elif name == "content-length":
+            if not value.isdigit():
+                raise TransportError("bad_response", f"bad Content-Length {value[:40]!r}")
             p.length = int(value)
         elif name == "connection":
             p.keep_alive = value != "close" if parts[0] != "HTTP/1.0" else value == "keep-alive"
@@ -129,10 +144,10 @@ def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, in
         nl = raw.find(b"\r\n", pos)
         if nl < 0:
             return b"".join(pieces), owner, False
-        try:
-            size = int(raw[pos:nl].split(b";", 1)[0], 16)
-        except ValueError:
-            raise TransportError("bad_response", f"bad chunk size line {raw[pos:nl][:40]!r}") from None
+        size_text = raw[pos:nl].split(b";", 1)[0].strip()
+        if not _HEX.fullmatch(size_text):
+            raise TransportError("bad_response", f"bad chunk size line {raw[pos:nl][:40]!r}")
+        size = int(size_text, 16)
         if size == 0:
             return b"".join(pieces), owner, raw.find(b"\r\n", nl + 2) >= 0
         data_start = nl + 2
@@ -178,6 +193,8 @@ class _Response:
     async def _complete(self) -> _Parsed:
         conn, p = self._conn, self._parsed
         while not p.complete:
+            if conn.too_large:
+                raise TransportError("response_too_large", f"the response exceeded {conn.limit} bytes")
             if conn.closed:
                 p = self._parsed = parse_response(conn.data, True) or p
                 if not p.complete and (p.chunked or p.length is not None):
@@ -217,6 +234,8 @@ class _Response:
 
 
 class RawHttpTransport:
+    max_response_bytes = MAX_RESPONSE_BYTES
+
     def __init__(self, base_url: str, headers: dict[str, str] | None = None):
         u = urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         if u.scheme != "http":
@@ -259,13 +278,14 @@ class RawHttpTransport:
                 break
         if conn is None:
             try:
-                _, conn = await asyncio.get_running_loop().create_connection(_Conn, self.host, self.port)
+                _, conn = await asyncio.get_running_loop().create_connection(
+                    lambda: _Conn(self.max_response_bytes), self.host, self.port)
             except OSError as e:
                 raise TransportError("connect_failed", f"{type(e).__name__}: {e}") from None
             self._all.add(conn)
         if row is not None:
             row.connected_ns = time.monotonic_ns()
-        conn.t, conn.data, conn.wake_any = array("q"), [], True
+        conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         conn.transport.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{extra}"
                              f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
@@ -275,6 +295,8 @@ class RawHttpTransport:
         try:
             parsed = None
             while parsed is None:
+                if conn.size > MAX_HEAD_BYTES and b"\r\n\r\n" not in b"".join(conn.data):
+                    raise TransportError("bad_response", f"response head longer than {MAX_HEAD_BYTES} bytes")
                 if conn.closed:
                     raise TransportError("reset", f"connection closed before the response head ({conn.lost!r})")
                 conn.done = asyncio.get_running_loop().create_future()

@@ -38,6 +38,7 @@ class LlamaCppBackend:
         if read_t_ns:
             for ev in parser.close():
                 final = self._event(ev.data, read_t_ns[-1], stream) or final
+        stream.lines_dropped(parser.too_long)
         timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
         count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
         prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))

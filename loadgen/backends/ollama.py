@@ -18,6 +18,7 @@ from __future__ import annotations
 import orjson
 
 from loadgen.backends import prompt_payload
+from loadgen.backends.sse import MAX_LINE_BYTES
 from loadgen.backends.stream import Stream, as_int
 from loadgen.recorder import Row
 
@@ -39,14 +40,28 @@ class OllamaBackend:
     def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
         stream = Stream()
         final: dict = {}
-        buf = b""
+        pending: list[bytes] = []  # reads of the line still open: joined once (a huge line stays linear)
+        size = dropped = 0
+        skipping = False  # inside a dropped line, until its end
         for t, data in zip(read_t_ns, reads):
-            buf += data
-            *lines, buf = buf.split(b"\n")
+            if skipping:
+                if b"\n" not in data:
+                    continue
+                skipping, data = False, data[data.index(b"\n") + 1:]
+            if b"\n" not in data:
+                pending.append(data)
+                size += len(data)
+                if size > MAX_LINE_BYTES:
+                    pending, size, dropped, skipping = [], 0, dropped + 1, True
+                continue
+            *lines, rest = (b"".join(pending) + data).split(b"\n")
             for line in lines:
                 final = self._line(line, t, stream) or final
+            pending, size = [rest], len(rest)
+        buf = b"".join(pending)
         if buf.strip() and read_t_ns:
             final = self._line(buf, read_t_ns[-1], stream) or final
+        stream.lines_dropped(dropped)
         stream.fill(row, as_int(final.get("eval_count")), as_int(final.get("prompt_eval_count")),
                     bool(final.get("done")), "the done: true object")
         total, prompt, gen = (as_int(final.get(k)) for k in ("total_duration", "prompt_eval_duration",

@@ -106,6 +106,7 @@ class OpenAIBackend:
         if read_t_ns:
             for ev in parser.close():
                 self._event(ev.data, read_t_ns[-1], stream, state)
+        stream.lines_dropped(parser.too_long)
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
                     "[DONE] or a finish_reason")
@@ -118,7 +119,7 @@ class OpenAIBackend:
         obj = stream.decode(data)
         if obj is None:
             return
-        if obj.get("usage"):
+        if isinstance(obj.get("usage"), dict):
             state["usage"] = obj["usage"]
         if obj.get("metrics") is not None:
             state["metrics"] = obj["metrics"]
@@ -129,10 +130,13 @@ class OpenAIBackend:
     def _choices(obj: dict, t: int, stream: Stream) -> bool:
         """Adds the object's text chunks to stream; True when a choice says it finished."""
         finished = False
-        for choice in obj.get("choices") or ():
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
             text = choice.get("text")
             if text is None:
-                delta = choice.get("delta") or {}
+                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
                 text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from loadgen.backends.sse import MAX_LINE_BYTES
 from loadgen.recorder import OK, STREAM_ERROR, Row
 
 
@@ -45,8 +46,13 @@ class Stream:
             return None
         return obj
 
+    def lines_dropped(self, n: int) -> None:
+        # Lines over sse.MAX_LINE_BYTES (SSE or NDJSON): the stream is malformed, named by its cause.
+        if n:
+            self.malformed = self.malformed or f"{n} line(s) longer than {MAX_LINE_BYTES} bytes (dropped)"
+
     def token(self, t_ns: int, text: str | None) -> None:
-        if text:
+        if isinstance(text, str) and text:  # anything else a server sends as text carries no token
             self.chunk_t.append(t_ns)
             self.lengths.append(len(text))
 

@@ -69,3 +69,43 @@ def test_cut_off_request_keeps_received_tokens(make_transport, cut, outcome):
     assert row.outcome == outcome
     assert row.n_chunks == 3 and list(row.chunk_tokens) == [1, 1, 1]
     assert row.first_token_ns is not None and row.first_token_ns <= row.last_token_ns <= row.done_ns
+
+
+async def _endless(head: bytes, piece: bytes, limit: int) -> Row:
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head)
+        try:
+            while True:  # a body (or head) that never ends
+                writer.write(piece)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    clock = Clock()
+    row = Row(0, "r-0", clock.now_ns(), 8, 16)
+    backend = OpenAIBackend("completions", "m", {})
+    async with server:
+        transport = RawHttpTransport(f"http://127.0.0.1:{port}", {})
+        transport.max_response_bytes = limit
+        async with transport:
+            runner = Runner([row], [backend.body("hi", 16)], backend, transport, clock, Recorder([row]),
+                            request_timeout_ns=3600 * 10**9, drain_timeout_ns=3600 * 10**9)
+            await runner.run(asyncio.Event())
+        server.close()
+    clock.close()
+    return row
+
+
+def test_an_endless_body_is_cut_off_with_a_named_error_and_its_tokens_kept():
+    row = asyncio.run(_endless(HEAD, _event(1) * 50, 1 << 20))
+    assert row.outcome == "connection_error" and row.error_kind == "response_too_large"
+    assert row.n_chunks > 1000
+
+
+def test_an_endless_head_is_a_bad_response():
+    row = asyncio.run(_endless(b"HTTP/1.1 200 OK\r\nX-Pad: ", b"a" * 4096, 1 << 20))
+    assert row.outcome == "connection_error" and row.error_kind == "bad_response"
+    assert "head longer than" in row.error_detail
