@@ -132,7 +132,7 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
         raise TraceError([f"{p}: unreadable CSV: {e}"]) from None
     # A cheap boolean pass first; line numbers and reasons only for the (usually zero) bad rows.
     t, pp, o = pl.col("t"), pl.col("p"), pl.col("o")
-    unsorted = t < t.cum_max().shift(1)
+    unsorted = t < t.cum_max().forward_fill().shift(1)  # a bad (null) timestamp does not reset the order
     bad_mask = df.select((t.is_null() | (t < 0) | pp.is_null() | (pp < 0) | o.is_null() | (o < 0)
                           | unsorted.fill_null(False)).alias("bad"))["bad"]
     skipped: dict[str, int] = {}
