@@ -38,7 +38,8 @@ def discover_model(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool
         data = json.loads(body)
         ids = [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
     except (ValueError, KeyError, TypeError):
-        raise ConfigError([f"model: not given, and {where} did not return an OpenAI model list: pass --model"]) from None
+        raise ConfigError([f"model: not given, and {where} did not return an OpenAI model list: "
+                           f"pass --model"]) from None
     if len(ids) != 1:
         offered = ", ".join(ids[:20]) or "none"
         raise ConfigError([f"model: not given, and {where} serves {len(ids)} models ({offered}): pass --model"])

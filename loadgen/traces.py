@@ -195,8 +195,8 @@ def _csv_by_line(p: Path, cols: tuple[str, ...]) -> tuple[pl.DataFrame | None, l
 def _nonempty(trace: Trace) -> Trace:
     if not len(trace):
         dropped = sum(trace.skipped.values())
-        why = f"every row was dropped ({', '.join(f'{n} {k.replace(chr(95), chr(32))}' for k, n in trace.skipped.items())})" if dropped \
-            else "it holds no rows"
+        counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in trace.skipped.items())
+        why = f"every row was dropped ({counts})" if dropped else "it holds no rows"
         raise TraceError([f"{trace.source}: no requests to replay: {why}"])
     return trace
 

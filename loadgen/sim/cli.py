@@ -74,28 +74,32 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     from loadgen.sim.profiles import shipped_profiles
 
     epilog = f"shipped profiles: {', '.join(shipped_profiles())}\n" + EPILOG
+    def c(flag: str, convert):
+        return _collect(errors, flag, convert)
+
     p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
                 "llama.cpp surfaces) with ground truth.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
-    p.add_argument("--ttft", type=_collect(errors, "--ttft", _duration), default=50_000_000, metavar="DURATION",
+    p.add_argument("--ttft", type=c("--ttft", _duration), default=50_000_000, metavar="DURATION",
                    help="fixed mode TTFT (default 50ms; divided by --speed)")
-    p.add_argument("--itl", type=_collect(errors, "--itl", _duration), default=10_000_000, metavar="DURATION",
+    p.add_argument("--itl", type=c("--itl", _duration), default=10_000_000, metavar="DURATION",
                    help="fixed mode ITL (default 10ms; divided by --speed)")
     p.add_argument("--profile", default="tiny", metavar="NAME|FILE",
                    help="engine profile: a shipped name or a TOML file (default tiny)")
-    p.add_argument("--speed", type=_collect(errors, "--speed", _speed), default=1.0, metavar="X",
+    p.add_argument("--speed", type=c("--speed", _speed), default=1.0, metavar="X",
                    help="time dilation: real time = profile time / X (default 1)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_collect(errors, "--port", int), default=8000, help="0 = a free port (printed on stdout)")
-    p.add_argument("--max-num-seqs", type=_collect(errors, "--max-num-seqs", _positive_int), default=None, metavar="N")
-    p.add_argument("--max-num-batched-tokens", type=_collect(errors, "--max-num-batched-tokens", _positive_int), default=None, metavar="N",
+    p.add_argument("--port", type=c("--port", int), default=8000, help="0 = a free port (printed on stdout)")
+    p.add_argument("--max-num-seqs", type=c("--max-num-seqs", _positive_int), default=None, metavar="N")
+    p.add_argument("--max-num-batched-tokens", type=c("--max-num-batched-tokens", _positive_int), default=None,
+                   metavar="N",
                    help="per-step token budget (chunked prefill)")
-    p.add_argument("--kv-capacity-tokens", type=_collect(errors, "--kv-capacity-tokens", _positive_int), default=None, metavar="N",
+    p.add_argument("--kv-capacity-tokens", type=c("--kv-capacity-tokens", _positive_int), default=None, metavar="N",
                    help="KV pool size in tokens (blocks of 16)")
     p.add_argument("--prefix-caching", action="store_true")
-    p.add_argument("--tokens-per-chunk", type=_collect(errors, "--tokens-per-chunk", _positive_int), default=1, metavar="K",
+    p.add_argument("--tokens-per-chunk", type=c("--tokens-per-chunk", _positive_int), default=1, metavar="K",
                    help="tokens per streamed chunk (default 1)")
     p.add_argument("--per-request-metrics", action="store_true",
                    help="vLLM's `metrics` object in the final usage chunk")
@@ -103,7 +107,7 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--step-log", default=None, metavar="FILE",
                    help="engine mode: one JSON line per engine step (times, tokens, batch, KV blocks)")
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
-    p.add_argument("--seed", type=_collect(errors, "--seed", int), default=0, metavar="N")
+    p.add_argument("--seed", type=c("--seed", int), default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
     return p
 

@@ -15,7 +15,8 @@ N = 12
 def _run(tmp_path, proxy_url: str, request_timeout: str = "2s") -> tuple[pl.DataFrame, dict]:
     wl = workload(tmp_path, requests=N, rate="20/s", max_tokens=16)
     with open(wl) as f:
-        text = f.read().replace('drain_timeout = "10s"', f'drain_timeout = "10s"\nrequest_timeout = "{request_timeout}"')
+        text = f.read().replace('drain_timeout = "10s"',
+                                f'drain_timeout = "10s"\nrequest_timeout = "{request_timeout}"')
     with open(wl, "w") as f:
         f.write(text)
     out = tmp_path / "r"

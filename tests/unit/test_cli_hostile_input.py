@@ -71,7 +71,8 @@ def test_sim_reports_every_bad_flag_at_once(capsys):
         assert n in err, err
 
 
-@pytest.mark.parametrize("sim_args, expect", [("--ttft '5 ms'", ("--ttft", "5 ms")), ("--prefix-caching", ("--prefix-caching",))])
+@pytest.mark.parametrize("sim_args, expect", [("--ttft '5 ms'", ("--ttft", "5 ms")),
+                                             ("--prefix-caching", ("--prefix-caching",))])
 def test_sim_args_are_split_like_a_shell(sim_args, expect):
     from loadgen.cli import _glue_sim_args, _sim_args, build_parser
 

@@ -56,7 +56,8 @@ def test_stream_interpreters_take_any_bytes(backend_name, api, data, cuts):
 HEADS = st.lists(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 abc", b"HTTP/1.1", b"\r\n", b"\r\n\r\n",
                                   b"Content-Length: 5", b"Content-Length: x", b"Content-Length: -3",
                                   b"Transfer-Encoding: chunked", b"Connection: close", b"5\r\nhello\r\n",
-                                  b"zz\r\n", b"0\r\n\r\n", b"ffffffffffffffffffff\r\n", b"\xff"]), max_size=14).map(b"".join)
+                                  b"zz\r\n", b"0\r\n\r\n", b"ffffffffffffffffffff\r\n", b"\xff"]),
+                 max_size=14).map(b"".join)
 
 
 @SETTINGS
