@@ -23,6 +23,7 @@ from array import array
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+from loadgen.offload import OFFLOAD_READS, in_worker
 from loadgen.recorder import Row
 from loadgen.transport import TransportError
 
@@ -202,7 +203,10 @@ class _Response:
                 break
             conn.done = asyncio.get_running_loop().create_future()
             await conn.done
-            p = self._parsed = parse_response(conn.data, conn.closed) or p
+            if len(conn.data) > OFFLOAD_READS:  # a long body: parsed off the loop (runner.in_worker)
+                p = self._parsed = await in_worker(parse_response, list(conn.data), conn.closed) or p
+            else:
+                p = self._parsed = parse_response(conn.data, conn.closed) or p
         return p
 
     async def stamped(self) -> tuple[array, list[bytes]]:
