@@ -156,6 +156,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     # --- end explain ---
     transport = make_transport(url, headers, tls)
     await transport.__aenter__()
+    _say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
     run_id = secrets.token_hex(4)
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
