@@ -6,6 +6,7 @@ invalid (the generator could not keep the schedule); 130 interrupted (results st
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -32,6 +33,7 @@ examples:
   loadgen run workloads/quickstart.toml --url http://127.0.0.1:11434 --backend ollama --scrape-metrics
   loadgen report results/quickstart --device h100-sxm --model-config config.json   # + decode roofline
   loadgen schedule workloads/quickstart.toml --requests 5
+  loadgen export results/quickstart --format csv > requests.csv
   loadgen sim --mode fixed --ttft 50ms --itl 10ms --port 0
 """
 
@@ -67,14 +69,45 @@ def build_parser() -> argparse.ArgumentParser:
     sch.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
     add_options(sch, "schedule")
     sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
+    exp = sub.add_parser("export", help="per-request rows of a results folder as CSV or JSON lines")
+    exp.add_argument("run_dir")
+    exp.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    exp.add_argument("--out", help="write to this file instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     return parser
 
 
-def _config(args: argparse.Namespace):
-    from loadgen import config
+def _glue_sim_args(argv: list[str]) -> list[str]:
+    # `--sim-args '--prefix-caching'`: argparse takes a value that starts with '-' for a flag; glue it.
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--sim-args" and i + 1 < len(argv):
+            out.append(f"--sim-args={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
-    return config.load(args.workload, values(args))
+
+def _config(args: argparse.Namespace):
+    from loadgen import config, traces
+    from loadgen.limits import check_config
+
+    try:
+        cfg = config.load(args.workload, values(args))
+    except config.ConfigError as e:
+        # Every problem in one pass: with a trace, its bad rows too.
+        path = getattr(args, "trace", None)
+        more: list[str] = []
+        if path:
+            try:
+                traces.read(path, args.trace_format or "", skip_bad_rows=bool(args.skip_bad_rows))
+            except traces.TraceError as t:
+                more = t.problems
+        raise config.ConfigError(e.problems + more) from None
+    check_config(cfg)
+    return cfg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         from loadgen.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_glue_sim_args(argv))
     from loadgen.errors import InputError, LoadgenError
 
     try:
@@ -93,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
+        if args.command == "export":
+            from loadgen.export import export
+
+            try:
+                export(args.run_dir, args.format, args.out)
+            except BrokenPipeError:  # `loadgen export RUN | head`
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     except InputError as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return 2
@@ -106,9 +147,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from loadgen.client_options import ClientOptions
     from loadgen.execute import run_workload
 
-    outcome = run_workload(_config(args), progress=None if args.quiet else sys.stderr)
+    cfg = _config(args)
+    client = ClientOptions.from_flags(args.header, args.insecure, args.ca_bundle, args.overwrite)
+    outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
+    if args.quiet:  # without progress lines, why a run failed must still be said
+        for reason in outcome.invalid_reasons:
+            print(f"INVALID RUN: {reason}", file=sys.stderr)
     print(outcome.path)
     return outcome.exit_code
 
@@ -161,9 +208,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _schedule(args: argparse.Namespace) -> int:
+    from loadgen.limits import check_schedule
     from loadgen.schedule import build, plan_records
 
-    records = plan_records(build(_config(args)))
+    schedule = build(_config(args))
+    check_schedule(schedule.prompt_tokens, schedule.max_tokens)
+    records = plan_records(schedule)
     if args.out:
         out = Path(args.out)
         if out.suffix == ".parquet":
@@ -182,6 +232,10 @@ def _schedule(args: argparse.Namespace) -> int:
         print(out)
         return 0
     w = sys.stdout.buffer
-    for r in records:
-        w.write(orjson.dumps(r) + b"\n")
+    try:
+        for r in records:
+            w.write(orjson.dumps(r) + b"\n")
+        w.flush()
+    except BrokenPipeError:  # `loadgen schedule ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
     return 0

@@ -62,11 +62,13 @@ Production-shaped workloads add:
     output = { dist = "normal", mean = 200, sd = 60, min = 16, max = 512 }
 
     [prefix]                       # shared system prompts
-    tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count)
+    tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count;
+                                   # with [session], added to each turn's user message instead)
     groups = 4                     # how many distinct prefixes
     fraction = 0.8                 # share of requests that carry one (the rest carry none)
 
-    [session]                      # multi-turn: each arrival starts a conversation
+    [session]                      # multi-turn: each arrival starts a conversation; [prompt] tokens
+                                   # is then each turn's new user message (prefix and history on top)
     turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1
     think_ms = { dist = "lognormal", median = 3000, sigma = 0.5 }  # think time after each reply
 
@@ -189,15 +191,9 @@ class RunConfig:
 
 
 def redact_url(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
+    from loadgen.credentials import redact_url as redact
 
-    parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        parts = parts._replace(netloc=f"***@{host}")
-    return urlunsplit(parts)
+    return redact(url)
 
 
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
@@ -220,7 +216,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
     """Read a workload file, apply command-line options ({flag: value}, see options.py), validate;
     raise ConfigError with every problem."""
     path = Path(path)
-    overrides = {f: v for f, v in (overrides or {}).items() if v is not None}
+    overrides = {f: v for f, v in (overrides or {}).items() if v is not None and not BY_FLAG[f].client}
     run_options = {"url": url, "out": out, "sim_args": sim_args}
     for flag in [f for f in overrides if BY_FLAG[f].key is None]:
         run_options[BY_FLAG[flag].field] = overrides.pop(flag)
@@ -231,6 +227,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
     sources: dict[str, str] = {}
+    conflicts = _trace_conflicts(raw, overrides)
     for flag, value in overrides.items():
         key = FLAG_KEYS[flag]
         table, _, leaf = key.rpartition(".")
@@ -252,7 +249,30 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
             raw["run"].pop("requests" if leaf == "duration" else "duration", None)
         target[leaf] = value
         sources[key] = flag
-    return validate(raw, str(path), sources, **run_options)
+    try:
+        config = validate(raw, str(path), sources, **run_options)
+    except ConfigError as e:
+        raise ConfigError(conflicts + e.problems) from None
+    if conflicts:
+        raise ConfigError(conflicts)
+    return config
+
+
+def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
+    # A trace replay takes its arrivals (and, unless trace.lengths = false, its lengths) from the trace:
+    # flags that set them would be silently ignored, so they are errors.
+    trace = raw.get("trace") if isinstance(raw.get("trace"), dict) else {}
+    if overrides.get("--trace") is None and not trace:
+        return []
+    given = {f for f, v in overrides.items() if v is not None}
+    out = []
+    if "--rate" in given:
+        out.append("--rate: a trace replay takes its arrivals from the trace; use --time-scale (or trace.rate "
+                   "in the workload) to change its pace")
+    if trace.get("lengths", True) is not False:
+        out += [f"{f}: a trace replay takes the lengths from the trace (set trace.lengths = false in the "
+                f"workload to use the workload's lengths)" for f in ("--prompt-tokens", "--max-tokens") if f in given]
+    return out
 
 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
@@ -352,8 +372,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             bad(key, str(e))
             return 1.0
 
-    model = get("model")
-    if not isinstance(model, str) or not model:
+    model = get("model")  # absent: `loadgen run` asks the target's /v1/models (discover.py)
+    if model is not None and (not isinstance(model, str) or not model):
         bad("model", f"must be a non-empty string, got {model!r}")
     api = choice("api", APIS, "completions")
     backend = choice("backend", BACKENDS, "openai")
@@ -445,12 +465,14 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         tokenizer_file=tokenizer_file if isinstance(tokenizer_file, str) else None,
         dataset=dataset if isinstance(dataset, str) else None,
     )
-    if config.prefix is not None and not skip_lengths and config.prompt_tokens.dist == "fixed" \
-            and config.prompt_tokens.value <= config.prefix.tokens:
+    if config.prefix is not None and config.session is None and not skip_lengths \
+            and config.prompt_tokens.dist == "fixed" and config.prompt_tokens.value <= config.prefix.tokens:
         bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): the prefix "
             f"is part of the prompt")
-    if url is not None and not url.startswith(("http://", "https://")):
-        problems.append(f"--url: must start with http:// or https://, got {url!r}")
+    if url is not None:
+        from loadgen.credentials import url_problems
+
+        problems.extend(url_problems(url))
     if problems:
         raise ConfigError(problems)
     return config

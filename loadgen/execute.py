@@ -20,10 +20,11 @@ import platform
 import secrets
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -33,16 +34,20 @@ import uvloop
 
 from loadgen import __version__, metrics, selfcheck
 from loadgen.backends import make_backend
+from loadgen.client_options import ClientOptions, target_url_and_headers
 from loadgen.clock import Clock, TimerfdClock, make_clock
 from loadgen.config import RunConfig, redact_url
+from loadgen.discover import DISCOVER_TIMEOUT_S, discover_model
 from loadgen.bodies import Bodies
 from loadgen.datasets import load_sharegpt
+from loadgen.limits import check_config, check_schedule
 from loadgen.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.prompts import PromptMaker, synthetic_text
 from loadgen.prompts import resolve as resolve_tokenizer
 from loadgen.prompts import usage_check, verdict
 from loadgen.servers import detect as detect_server
 from loadgen.rawhttp import RawHttpTransport
+from loadgen.reachability import unreachable_reason
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
@@ -57,6 +62,8 @@ START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is n
 FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
 SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
 LOOP_PROBE_NS = 20_000_000      # event-loop lateness probe period
+PROBE_TIMEOUT_NS = 10_000_000_000        # each calibration probe (an idle server answers one far sooner)
+CALIBRATION_BUDGET_NS = 60_000_000_000   # all calibration probes together
 
 
 @dataclass
@@ -74,13 +81,14 @@ def default_out(config: RunConfig) -> Path:
     return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
-def request_bodies(config: RunConfig, schedule: Schedule, backend,
-                   url: str | None = None, progress: TextIO | None = None) -> tuple[list[bytes], Bodies, dict]:
+def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | None = None,
+                   progress: TextIO | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[list[bytes], Bodies, dict]:
     """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
     `workload` section: tokenizer used (and any fallback warning), prompt length checks and verdict
     (`prompt_lengths`, prompts.verdict), trace counts."""
     tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
-                                           config.model, progress)
+                                           config.model, progress, headers)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
     bodies = Bodies(schedule, backend, maker, config.seed, convs)
@@ -92,29 +100,42 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend,
     return built, bodies, info
 
 
-def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
+def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
+                 client: ClientOptions | None = None) -> RunOutcome:
+    client = client or ClientOptions()
+    url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
+    check_config(config)
     schedule = build(config)
-    backend = make_backend(config.backend, config.api, config.model, config.extra_body)
+    check_schedule(schedule.prompt_tokens, schedule.max_tokens)  # before any prompt text exists
     writer = RunWriter(config.out or default_out(config))
-    writer.prepare()
+    writer.prepare(client.overwrite)
     sim = None
-    url = config.url
-    if url is None:
-        sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
-        url = sim.start()
-        _say(progress, f"started the built-in simulator at {url}")
     try:
+        if url is None:
+            sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
+            url = sim.start()
+            _say(progress, f"started the built-in simulator at {url}")
+        if not config.model:
+            _say(progress, f"model not given: asking {redact_url(url)}/v1/models (up to {DISCOVER_TIMEOUT_S:g}s)")
+            config = replace(config, model=discover_model(url, headers, client.ssl_context()))
+            _say(progress, f"model: {config.model} (the one the target serves)")
+        backend = make_backend(config.backend, config.api, config.model, config.extra_body)
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
-        server = detect_server(url, _auth_headers(config), progress=progress)
+        server = detect_server(url, headers, progress=progress)
         _say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
-        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url, progress)
+        bodies, shaper, workload_info = request_bodies(config, schedule, backend, url, progress, headers)
         workload_info["server"] = server
         if workload_info["tokenizer"]["warning"]:
             _say(progress, "WARNING: " + workload_info["tokenizer"]["warning"])
         _say_lengths(progress, workload_info["prompt_lengths"])
         return asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
             _run(config, schedule, backend, bodies, writer, url, sim is not None, progress,
-                 shaper, workload_info))
+                 shaper, workload_info, (client, headers)))
+    except BaseException:
+        if sim is not None:
+            sim.stop()  # first: it writes its truth file into the folder when it stops
+        writer.abandon()  # failed before it started: the folder is as it was (no-op once started)
+        raise
     finally:
         if sim is not None:
             sim.stop()
@@ -122,22 +143,26 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
 
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
                builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
-               workload_info: dict | None = None) -> RunOutcome:
+               workload_info: dict | None = None,
+               client_headers: tuple[ClientOptions, dict] | None = None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     clock = make_clock()
-    headers = _auth_headers(config)
+    client, headers = client_headers or (ClientOptions(), target_url_and_headers(config, ClientOptions())[1])
+    tls = client.ssl_context()
     # Probe the idle server before t0.
     calibration = None
     if config.calibrate:
-        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop)
+        calibration = await _calibrate(config, schedule, backend, url, headers, clock, writer, progress, stop,
+                                       tls)
     else:
         _say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                        "report cannot split TTFT into queueing and prefill")
-    transport = make_transport(url, headers)
+    transport = make_transport(url, headers, tls, clock)
     await transport.__aenter__()
+    _say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
     run_id = secrets.token_hex(4)
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
@@ -154,13 +179,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                    "builtin_sim": builtin_sim, "server": (workload_info or {}).pop("server", None)},
         "t0": {"monotonic_ns": t0, "unix_ns": wall_now + START_LEAD_NS,
                "iso": datetime.fromtimestamp((wall_now + START_LEAD_NS) / 1e9, UTC).isoformat()},
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+        "host": {"hostname": socket.gethostname(), "pid": os.getpid(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
         "schedule": {"requests": len(schedule), "process": config.arrivals.process,
                      "configured_rate_per_s": config.arrivals.rate_per_s,
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": workload_info or {},
+        "client": client.manifest(headers),
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -174,7 +200,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Sample /metrics during the run (bytes only; parsed afterwards).
-    scraper = Scraper(url, t0, config.scrape_interval_ns, headers) if config.scrape_metrics else None
+    scraper = Scraper(url, t0, config.scrape_interval_ns, headers, tls) if config.scrape_metrics else None
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     try:
         async with transport:
@@ -216,6 +242,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     reasons, generator = check_generator(rows, selfcheck.limits_of(config))
     if status != "complete":
         reasons = []
+    unreachable = unreachable_reason(rows) if status == "complete" else None
+    if unreachable:
+        reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
     if reasons:
         status = "invalid"
     generator["loop_lateness_ms"] = _lateness(lateness_ns)
@@ -244,19 +273,30 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
-                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event) -> dict | None:
+                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event,
+                     tls: ssl.SSLContext | bool = True) -> dict | None:
     """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
     rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
+    if not rows:
+        return None
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
     bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
-    _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server "
-                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})})")
-    async with make_transport(url, headers) as transport:
-        runner = Runner(rows, bodies, backend, transport, clock, Recorder(rows), max_concurrency=1,
-                        request_timeout_ns=config.request_timeout_ns,
-                        drain_timeout_ns=config.request_timeout_ns * len(rows))
-        if await runner.run(stop) == "interrupted":
-            return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
+    probe_ns = min(config.request_timeout_ns, PROBE_TIMEOUT_NS)
+    _say(progress, f"calibrating: {len(rows)} sequential probes of the idle server at {redact_url(url)} "
+                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})}; each waits at most "
+                   f"{probe_ns / 1e9:g}s, all {CALIBRATION_BUDGET_NS / 1e9:g}s; --no-calibrate skips this)")
+    async with make_transport(url, headers, tls, clock) as transport:
+        # The warm-up probe alone first: a server that does not answer it is not probed 15 more times.
+        for part, drain_ns in ((slice(0, 1), probe_ns), (slice(1, None), CALIBRATION_BUDGET_NS)):
+            runner = Runner(rows[part], bodies[part], backend, transport, clock,
+                            Recorder(rows[part]), max_concurrency=1, request_timeout_ns=probe_ns,
+                            drain_timeout_ns=drain_ns)
+            if await runner.run(stop) == "interrupted":
+                return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
+            if rows[0].outcome != "ok":
+                _say(progress, f"warning: calibration skipped: the first probe ended {rows[0].outcome} "
+                               f"({rows[0].error_kind}); queue and prefill will not be separated")
+                return None
     try:
         calibration = fit([probe_record(r) for r in rows[1:]])
     except ValueError as e:
@@ -275,12 +315,13 @@ def shape_rows(rows: list[Row], schedule: Schedule) -> None:
             r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
 
 
-def make_transport(url: str, headers: dict[str, str]):
-    # Plain http: the raw protocol transport (stamps in the protocol callback; see rawhttp.py).
-    # https, or LOADGEN_TRANSPORT=aiohttp: aiohttp.
+def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,
+                   clock: Clock | None = None):
+    # Plain http: the raw protocol transport (stamps in the protocol callback, on the run's clock; see
+    # rawhttp.py). https, or LOADGEN_TRANSPORT=aiohttp: aiohttp (tls: client_options.ClientOptions.ssl_context).
     if url.startswith("http://") and os.environ.get("LOADGEN_TRANSPORT", "raw") == "raw":
-        return RawHttpTransport(url, headers)
-    return AiohttpTransport(url, headers)
+        return RawHttpTransport(url, headers, now_ns=clock.now_ns) if clock else RawHttpTransport(url, headers)
+    return AiohttpTransport(url, headers, tls)
 
 
 def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
@@ -372,10 +413,6 @@ async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder,
         line = _progress_line(runner, recorder, t0, total)
         out.write(f"\r{line}\033[K" if tty else line + "\n")
         out.flush()
-
-
-def _auth_headers(config: RunConfig) -> dict[str, str]:
-    return {"Authorization": f"Bearer {config.api_key()}"} if config.api_key() else {}
 
 
 def _say_lengths(out: TextIO | None, lengths: dict) -> None:

@@ -5,7 +5,8 @@ values, so a flag is added in one place.
 `key` is the workload key a flag overrides (`arrivals.rate`): its value is validated with the file's
 keys and a bad value is reported under the flag's name. Options with `key = None` are run options that no
 workload file holds (`field` names the RunConfig field); config.load() validates them too, so every
-problem is reported at once.
+problem is reported at once. `client` options say how to talk to the target (headers, TLS, --overwrite):
+client_options.ClientOptions takes them.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ class Option:
     metavar: str | None = None
     commands: tuple[str, ...] = BOTH
     switch: bool = False             # a flag without a value (store_true)
+    repeat: bool = False             # may be given several times (a list)
+    client: bool = False             # how to talk to the target (client_options.ClientOptions), not RunConfig
     exclusive: str | None = None     # options sharing this name are mutually exclusive
     default: str | None = None
 
@@ -58,6 +61,8 @@ OPTIONS = (
            key="trace.skip_bad_rows", switch=True),
     Option("--max-concurrency", "at most N requests in flight; later ones wait (recorded as slot_wait)",
            key="run.max_concurrency", metavar="N", commands=(RUN,)),
+    Option("--request-timeout", "cut a request off after this long, e.g. 30s (default 120s)",
+           key="run.request_timeout", metavar="DURATION", commands=(RUN,)),
     Option("--max-send-lag-p99", "send-lag p99 above which the run is invalid (default 5ms)",
            key="run.max_send_lag_p99", metavar="DURATION", commands=(RUN,)),
     Option("--max-rate-deviation", "achieved vs offered rate (relative) beyond which the run is invalid "
@@ -77,6 +82,15 @@ OPTIONS = (
            switch=True, commands=(RUN,)),
     Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
            commands=(RUN,)),
+    Option("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",
+           field="overwrite", switch=True, commands=(RUN,), client=True),
+    # how to talk to the target (client_options.py)
+    Option("--header", "send this header with every request (repeatable; secret-looking values are redacted)",
+           field="headers", metavar="'K: V'", repeat=True, commands=(RUN,), client=True),
+    Option("--insecure", "https: do not verify the server's certificate", field="insecure", switch=True,
+           commands=(RUN,), client=True),
+    Option("--ca-bundle", "https: verify the server against this CA file", field="ca_bundle", metavar="FILE",
+           commands=(RUN,), client=True),
 )
 BY_FLAG = {o.flag: o for o in OPTIONS}
 FLAG_KEYS = {o.flag: o.key for o in OPTIONS if o.key}
@@ -94,6 +108,8 @@ def add_options(parser: argparse.ArgumentParser, command: str) -> None:
             target = groups[o.exclusive]
         if o.switch:
             target.add_argument(o.flag, action="store_true", default=None, help=o.help)
+        elif o.repeat:
+            target.add_argument(o.flag, action="append", metavar=o.metavar, help=o.help)
         else:
             target.add_argument(o.flag, metavar=o.metavar, help=o.help, default=o.default)
 

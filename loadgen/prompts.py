@@ -101,7 +101,7 @@ class LocalTokenizer(Tokenizer):
 
 
 def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "completions", model: str = "",
-            progress=None) -> tuple[Tokenizer, str | None]:
+            progress=None, headers: dict[str, str] | None = None) -> tuple[Tokenizer, str | None]:
     """The tokenizer for a run, and a warning to show (stderr and manifest) when auto fell back."""
     if mode == "approximate":
         return ApproximateTokenizer(), None
@@ -114,7 +114,7 @@ def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "
     from loadgen.server_tokenizer import ServerTokenizer
 
     try:
-        return ServerTokenizer(url, api, model, progress=progress), None
+        return ServerTokenizer(url, api, model, progress=progress, headers=headers), None
     except TokenizerError as e:
         if mode == "server":
             raise

@@ -8,29 +8,37 @@ parsing (status line, headers, chunked framing) is done after the stream, from t
 
 Scope: plain http:// (https goes through aiohttp), one request per connection at a time, keep-alive
 with no pool limit (an idle connection is reused, else a new one is opened: nothing queues), responses
-framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close.
+framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
+MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
+what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
 Same contract as transport.AiohttpTransport: post() yields a response with `status`, `read()` and
 `reads()`, plus `stamped()` -> (read_t_ns, reads) of the body, stamped in the protocol callback.
 """
 from __future__ import annotations
 
 import asyncio
-import functools
+import re
 import time
 from array import array
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
+from loadgen.offload import OFFLOAD_READS, in_worker
 from loadgen.recorder import Row
 from loadgen.transport import TransportError
 
 _END_CHUNKED = b"0\r\n\r\n"
+MAX_HEAD_BYTES = 64 << 10        # a longer response head is a bad_response
+MAX_RESPONSE_BYTES = 1 << 30     # a longer response is cut off: response_too_large (a 32k-token stream is ~6 MB)
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 class _Conn(asyncio.Protocol):
-    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "now_ns")
+    __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "size", "limit", "too_large",
+                 "now_ns")
 
-    def __init__(self, now_ns=time.monotonic_ns):
+    def __init__(self, limit: int = 1 << 30, now_ns=time.monotonic_ns):
+        self.size, self.limit, self.too_large = 0, limit, False
         self.now_ns = now_ns
         self.transport = None
         self.t: array = array("q")
@@ -48,6 +56,10 @@ class _Conn(asyncio.Protocol):
         # (a false end is caught by the full parse, which then keeps waiting).
         self.t.append(self.now_ns())
         self.data.append(data)
+        self.size += len(data)
+        if self.size > self.limit and not self.too_large:  # an endless body must not eat the memory
+            self.too_large = True
+            self.transport.close()
         d = self.done
         if d is not None and (self.wake_any or data.endswith(_END_CHUNKED)) and not d.done():
             d.set_result(None)
@@ -90,6 +102,8 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
     parts = head[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
         raise TransportError("bad_response", f"not an HTTP/1.x status line: {head[0][:80]!r}")
+    if not (parts[1].isdigit() and len(parts[1]) == 3):
+        raise TransportError("bad_response", f"not an HTTP status code: {head[0][:80]!r}")
     p.status = int(parts[1])
     p.keep_alive = parts[0] != "HTTP/1.0"
     for line in head[1:]:
@@ -98,6 +112,8 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
         if name == "transfer-encoding" and "chunked" in value:
             p.chunked = True
         elif name == "content-length":
+            if not value.isdigit():
+                raise TransportError("bad_response", f"bad Content-Length {value[:40]!r}")
             p.length = int(value)
         elif name == "connection":
             p.keep_alive = value != "close" if parts[0] != "HTTP/1.0" else value == "keep-alive"
@@ -131,10 +147,10 @@ def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, in
         nl = raw.find(b"\r\n", pos)
         if nl < 0:
             return b"".join(pieces), owner, False
-        try:
-            size = int(raw[pos:nl].split(b";", 1)[0], 16)
-        except ValueError:
-            raise TransportError("bad_response", f"bad chunk size line {raw[pos:nl][:40]!r}") from None
+        size_text = raw[pos:nl].split(b";", 1)[0].strip()
+        if not _HEX.fullmatch(size_text):
+            raise TransportError("bad_response", f"bad chunk size line {raw[pos:nl][:40]!r}")
+        size = int(size_text, 16)
         if size == 0:
             return b"".join(pieces), owner, raw.find(b"\r\n", nl + 2) >= 0
         data_start = nl + 2
@@ -180,6 +196,8 @@ class _Response:
     async def _complete(self) -> _Parsed:
         conn, p = self._conn, self._parsed
         while not p.complete:
+            if conn.too_large:
+                raise TransportError("response_too_large", f"the response exceeded {conn.limit} bytes")
             if conn.closed:
                 p = self._parsed = parse_response(conn.data, True) or p
                 if not p.complete and (p.chunked or p.length is not None):
@@ -187,7 +205,10 @@ class _Response:
                 break
             conn.done = asyncio.get_running_loop().create_future()
             await conn.done
-            p = self._parsed = parse_response(conn.data, conn.closed) or p
+            if len(conn.data) > OFFLOAD_READS:  # a long body: parsed off the loop (runner.in_worker)
+                p = self._parsed = await in_worker(parse_response, list(conn.data), conn.closed) or p
+            else:
+                p = self._parsed = parse_response(conn.data, conn.closed) or p
         return p
 
     async def stamped(self) -> tuple[array, list[bytes]]:
@@ -197,6 +218,17 @@ class _Response:
             self.error, p = e, self._parsed
         t = self._conn.t
         keep = [i for i, b in enumerate(p.body_reads) if b]
+        return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
+
+    def received(self) -> tuple[array, list[bytes]]:
+        """The body read so far with its stamps, without waiting: what a request cut off by its timeout
+        or by SIGINT/SIGTERM had already received (its tokens and first-token time are kept)."""
+        try:
+            p = parse_response(self._conn.data, True) or self._parsed
+        except TransportError:
+            p = self._parsed
+        t = self._conn.t
+        keep = [i for i, b in enumerate(p.body_reads) if b and i < len(t)]
         return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
 
     async def read(self) -> bytes:
@@ -210,6 +242,7 @@ class _Response:
 class RawHttpTransport:
     """now_ns: the clock every stamp is read from (the run's clock); connect(protocol_factory, host, port)
     opens a connection (default: the loop's create_connection; tests script the network instead)."""
+    max_response_bytes = MAX_RESPONSE_BYTES
 
     def __init__(self, base_url: str, headers: dict[str, str] | None = None, *, now_ns=time.monotonic_ns,
                  connect=None):
@@ -256,15 +289,14 @@ class RawHttpTransport:
                 break
         if conn is None:
             try:
-                factory = functools.partial(_Conn, self.now_ns)
                 connect = self._connect or asyncio.get_running_loop().create_connection
-                _, conn = await connect(factory, self.host, self.port)
+                _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
             except OSError as e:
                 raise TransportError("connect_failed", f"{type(e).__name__}: {e}") from None
             self._all.add(conn)
         if row is not None:
             row.connected_ns = self.now_ns()
-        conn.t, conn.data, conn.wake_any = array("q"), [], True
+        conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         conn.transport.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{extra}"
                              f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
@@ -274,6 +306,8 @@ class RawHttpTransport:
         try:
             parsed = None
             while parsed is None:
+                if conn.size > MAX_HEAD_BYTES and b"\r\n\r\n" not in b"".join(conn.data):
+                    raise TransportError("bad_response", f"response head longer than {MAX_HEAD_BYTES} bytes")
                 if conn.closed:
                     raise TransportError("reset", f"connection closed before the response head ({conn.lost!r})")
                 conn.done = asyncio.get_running_loop().create_future()

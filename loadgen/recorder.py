@@ -77,7 +77,7 @@ class Recorder:
             if row.first_token_ns is not None:
                 self.ttft_window_ns.append(row.first_token_ns - row.intended_ns)
                 del self.ttft_window_ns[:-200]
-        else:
+        elif row.outcome != CANCELLED:  # never sent: not a failure
             self.failed += 1
 
     def take_finished(self) -> list[Row]:

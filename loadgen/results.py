@@ -169,20 +169,59 @@ class RunWriter:
         self.path = Path(path)
         self._part = 0
 
-    def prepare(self) -> None:
-        """Create the folder. An earlier run's folder is replaced; any other non-empty folder is refused."""
+    def prepare(self, overwrite: bool = False) -> None:
+        """Create the folder. A non-empty folder is refused unless `overwrite` and it holds a loadgen run;
+        that run is set aside (renamed), deleted only once the new run has started (its first manifest),
+        and put back by abandon() if the new run fails before that. Nothing is deleted here."""
         p = self.path
+        self._previous: Path | None = None
+        self._created = not p.exists()
+        self._started = False
         if p.exists():
             if not p.is_dir():
-                raise ResultsError(f"{p}: exists and is not a folder")
-            if any(p.iterdir()) and not (p / "manifest.json").exists():
-                raise ResultsError(f"{p}: folder is not empty and holds no loadgen run; choose another --out")
+                raise ResultsError(f"--out {p}: exists and is not a folder")
+            if any(p.iterdir()):
+                if not overwrite:
+                    raise ResultsError(f"--out {p}: folder is not empty; choose another --out, or pass "
+                                       f"--overwrite to replace the run in it (kept until the new run starts)")
+                if not ((p / "manifest.json").exists() or (p / PARTS).is_dir()):
+                    raise ResultsError(f"--out {p}: folder is not empty and holds no loadgen run; "
+                                       f"--overwrite replaces only a results folder; choose another --out")
+                self._previous = p.with_name(f".{p.name}.previous-{os.getpid()}")
+                try:
+                    os.replace(p, self._previous)
+                except OSError as e:
+                    self._previous = None
+                    raise ResultsError(f"--out {p}: cannot set the earlier run aside: {e.strerror}") from None
+                self._created = True
+        try:
+            (p / PARTS).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.abandon()
+            raise ResultsError(f"--out {p}: cannot create the results folder: {e.strerror or e}") from None
+
+    def abandon(self) -> None:
+        """The run failed before it started: remove what it wrote and put the earlier run back."""
+        if getattr(self, "_started", True):
+            return
+        self._started = True
+        p = self.path
+        if getattr(self, "_created", False):
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.is_dir():
             for child in p.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        (p / PARTS).mkdir(parents=True, exist_ok=True)
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        if self._previous is not None:
+            os.replace(self._previous, p)
+            self._previous = None
 
     def manifest(self, manifest: Manifest) -> None:
         write_json(self.path / "manifest.json", manifest)
+        if not getattr(self, "_started", True):  # the first manifest: the new run has started
+            self._started = True
+            if self._previous is not None:
+                shutil.rmtree(self._previous, ignore_errors=True)
+                self._previous = None
 
     def flush(self, rows: list[Row], t0_ns: int) -> None:
         """Write rows finished since the last flush as a part (may run in a worker thread)."""

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
                               Recorder, Row)
+from loadgen.offload import OFFLOAD_READS, in_worker
 from loadgen.transport import TransportError
 
 
@@ -130,7 +131,8 @@ class Runner:
         now = self.clock.now_ns
         read_t: array = array("q")
         reads: list[bytes] = []
-        streamed = False
+        streamed = interpreted = False
+        resp = end_ns = None
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 headers = {**self.headers, "X-Request-Id": row.request_id}
@@ -154,6 +156,11 @@ class Runner:
                             async for data in resp.reads():
                                 read_t.append(now())
                                 reads.append(data)
+            end_ns = now()
+            if streamed and len(reads) > OFFLOAD_READS:
+                # A long stream is interpreted in a worker thread (loadgen/offload.py says why).
+                interpreted = True
+                await in_worker(self.backend.interpret, row, read_t, reads)
         except TimeoutError:
             row.fail(TIMEOUT, "request_timeout", f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:
@@ -163,8 +170,10 @@ class Runner:
         except Exception as e:  # an unexpected client-side failure still yields the row
             row.fail(CONNECTION_ERROR, "client_error", f"{type(e).__name__}: {e}")
         finally:
-            row.done_ns = now()
-            if streamed:
+            row.done_ns = end_ns or now()
+            if streamed and not reads and hasattr(resp, "received"):
+                read_t, reads = resp.received()  # rawhttp cut off mid-stream: keep what already arrived
+            if streamed and not interpreted:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
             if self._next_turn:

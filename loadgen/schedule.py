@@ -7,7 +7,8 @@ process; its later turns have `after` = the index of the previous turn and inten
 until the run: previous turn's done + think_ns). They follow their first turn in the arrays.
 With [session], the arrival process (and run.requests / run.duration) counts conversations.
 
-Lengths: `prompt_tokens` is the planned full prompt, shared prefix included; for a later turn it assumes
+Lengths: `prompt_tokens` is the planned full prompt, shared prefix included (with [session], [prompt]
+draws each turn's new user message and the prefix is added to it); for a later turn it assumes
 each earlier reply had its max_tokens (the run fills in the real history). `new_tokens` is the text this
 request adds: the user message (minus the prefix, which is sent as its own part).
 """
@@ -221,10 +222,13 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_
     more_p, more_o = _sample_lengths(config, total, read_trace, 1) if total else (None, None)
     think = lengths.sample(s.think_ms, total, sub_seed(config.seed, _THINK_STREAM)) * 1_000_000
     prefix_tokens = config.prefix.tokens if config.prefix else 0
+    # In a conversation, [prompt] tokens is every turn's new user message, the first one's included: the
+    # shared prefix (a system prompt) and the history come on top of it (issue 15).
+    first_new = first_prompt
     if config.prefix is not None:
-        group_of_session, first_new = _assign_prefix(config, first_prompt.copy(), k)
+        group_of_session, _ = _assign_prefix(config, first_prompt.copy(), k)
     else:
-        group_of_session, first_new = np.full(k, NONE, dtype=np.int64), first_prompt
+        group_of_session = np.full(k, NONE, dtype=np.int64)
     cols = {c: np.zeros(total, dtype=np.int64) for c in
             ("intended", "prompt", "new", "out", "group", "session", "turn", "after", "think")}
     r = 0

@@ -71,8 +71,9 @@ def frame(rows: list[tuple[int, str, str, float]]) -> pl.DataFrame:
 
 class Scraper:
     def __init__(self, base_url: str, t0_ns: int, interval_ns: int = 500_000_000,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, tls=True):
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.tls = tls  # aiohttp's ssl= (client_options.py)
         self.t0_ns, self.interval_s = t0_ns, interval_ns / 1e9
         self.headers = headers or {}
         self.texts: list[tuple[int, str]] = []
@@ -81,7 +82,7 @@ class Scraper:
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> None:
         try:
-            async with session.get(self.url, headers=self.headers) as resp:
+            async with session.get(self.url, headers=self.headers, ssl=self.tls) as resp:
                 text = await resp.text()
                 t = time.monotonic_ns() - self.t0_ns
                 if resp.status != 200:

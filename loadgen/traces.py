@@ -29,6 +29,8 @@ from loadgen.errors import TraceError  # noqa: F401  (raised here; importable fr
 FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 BLOCK_TOKENS = 512  # Mooncake's hash_ids granularity
 _SHOW = 10
+_MAX_S = 9.2e9          # seconds that still fit int64 ns
+_MAX_INT = 2**63 - 1    # lengths and timestamps must fit int64
 
 
 @dataclass
@@ -106,35 +108,41 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
                          .str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", strict=False))
               .dt.epoch("ns"))
     else:
-        ts = (pl.col(t_col).str.strip_chars().cast(pl.Float64, strict=False) * 1e9).round().cast(pl.Int64)
+        # NaN, inf and seconds beyond int64 ns (~292 years) are not timestamps: null, reported by line.
+        sec = pl.col(t_col).str.strip_chars().cast(pl.Float64, strict=False)
+        ts = pl.when(sec.is_finite() & (sec.abs() < _MAX_S)).then((sec * 1e9).round()).cast(pl.Int64)
 
     def length(c: str) -> pl.Expr:
         return pl.col(c).str.strip_chars().cast(pl.Int64, strict=False)
 
+    def select(frame: pl.LazyFrame) -> pl.DataFrame:
+        return frame.select("line", ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
+
+    # Ragged rows: Polars refuses some (with no line number) and silently accepts others, so the field
+    # counts are checked first; a file with any is read line by line (its good rows keep their lines).
+    frame, ragged = _csv_by_line(p, (t_col, in_col, out_col))
     try:
-        df = (lf.select(ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
-              .collect(engine="streaming"))
+        df = select(frame.lazy() if ragged else lf.with_row_index("line", offset=2)).collect(engine="streaming")
     except pl.exceptions.PolarsError as e:
         raise TraceError([f"{p}: unreadable CSV: {e}"]) from None
     # A cheap boolean pass first; line numbers and reasons only for the (usually zero) bad rows.
     t, pp, o = pl.col("t"), pl.col("p"), pl.col("o")
-    unsorted = t < t.cum_max().shift(1)
+    unsorted = t < t.cum_max().forward_fill().shift(1)  # a bad (null) timestamp does not reset the order
     bad_mask = df.select((t.is_null() | (t < 0) | pp.is_null() | (pp < 0) | o.is_null() | (o < 0)
                           | unsorted.fill_null(False)).alias("bad"))["bad"]
     skipped: dict[str, int] = {}
-    n_bad = int(bad_mask.sum())
+    n_bad = int(bad_mask.sum()) + len(ragged)
     if n_bad:
         if not skip:
             reason = (pl.when(t.is_null()).then(pl.lit(f"{t_col} is not a valid timestamp"))
                       .when(t < 0).then(pl.lit(f"{t_col} is negative"))
-                      .when(pp.is_null() | (pp < 0)).then(pl.lit(f"{in_col} is not an integer >= 0"))
-                      .when(o.is_null() | (o < 0)).then(pl.lit(f"{out_col} is not an integer >= 0"))
+                      .when(pp.is_null() | (pp < 0)).then(pl.lit(f"{in_col} is not an integer >= 0 (64-bit)"))
+                      .when(o.is_null() | (o < 0)).then(pl.lit(f"{out_col} is not an integer >= 0 (64-bit)"))
                       .otherwise(pl.lit(f"{t_col} is earlier than the row before (the trace must be sorted)")))
-            bad = (df.with_row_index("line", offset=2).filter(bad_mask).head(_SHOW)
-                   .select("line", reason.alias("why")))
-            lines = bad["line"].to_list() + [0] * (n_bad - bad.height)
-            return_err = _bad_rows(p, lines, bad["why"].to_list() + [""] * (n_bad - bad.height))
-            raise return_err
+            bad = df.filter(bad_mask).head(_SHOW).select("line", reason.alias("why")).rows()
+            shown = sorted(ragged + bad)[:_SHOW]
+            lines = [ln for ln, _ in shown] + [0] * (n_bad - len(shown))
+            raise _bad_rows(p, lines, [w for _, w in shown] + [""] * (n_bad - len(shown)))
         skipped = {"bad_rows": n_bad}
         df = df.filter(~bad_mask)
     if fmt == "burstgpt":
@@ -145,8 +153,47 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
     t = df["t"].to_numpy().astype(np.int64)
     if fmt == "azure" and len(t):
         t = t - t[0]
-    return Trace(str(p), fmt, t, df["p"].to_numpy().astype(np.int64), df["o"].to_numpy().astype(np.int64),
-                 skipped=skipped)
+    return _nonempty(Trace(str(p), fmt, t, df["p"].to_numpy().astype(np.int64),
+                           df["o"].to_numpy().astype(np.int64), skipped=skipped))
+
+
+def _csv_by_line(p: Path, cols: tuple[str, ...]) -> tuple[pl.DataFrame | None, list[tuple[int, str]]]:
+    """No ragged row: (None, []) (Polars reads the file). Else the needed columns of the good rows as
+    strings with each row's line, and (line, why) of every row whose field count differs from the header's."""
+    import csv
+
+    with open(p, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        width = len(next(reader, []))
+        if all(len(row) in (0, width) for row in reader):
+            return None, []
+        f.seek(0)
+        reader = csv.reader(f)
+        header = next(reader)
+        where = [header.index(c) for c in cols]
+        ragged: list[tuple[int, str]] = []
+        out: dict[str, list] = {c: [] for c in ("line", *cols)}
+        line = reader.line_num
+        for row in reader:
+            first, line = line + 1, reader.line_num
+            if not row:
+                continue
+            if len(row) != width:
+                ragged.append((first, f"has {len(row)} fields; the header has {width}"))
+                continue
+            out["line"].append(first)
+            for c, i in zip(cols, where):
+                out[c].append(row[i])
+    return pl.DataFrame(out, schema={"line": pl.UInt32, **{c: pl.String for c in cols}}), ragged
+
+
+def _nonempty(trace: Trace) -> Trace:
+    if not len(trace):
+        dropped = sum(trace.skipped.values())
+        counts = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in trace.skipped.items())
+        why = f"every row was dropped ({counts})" if dropped else "it holds no rows"
+        raise TraceError([f"{trace.source}: no requests to replay: {why}"])
+    return trace
 
 
 def _bad_rows(p: Path, lines: list[int], reasons: list[str]) -> TraceError:
@@ -181,14 +228,16 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
                 continue
             t, a, b = obj.get(t_key), obj.get(in_key), obj.get(out_key)
             why = None
-            if not _num(t):
+            if not _num(t) or t != t:
                 why = f"{t_key} is missing or not a number"
             elif t < 0:
                 why = f"{t_key} is negative"
+            elif t * ns_per_unit > _MAX_INT:
+                why = f"{t_key} is beyond what 64-bit nanoseconds hold"
             elif not _int(a):
-                why = f"{in_key} is missing or not an integer >= 0"
+                why = f"{in_key} is missing or not an integer >= 0 (64-bit)"
             elif not _int(b):
-                why = f"{out_key} is missing or not an integer >= 0"
+                why = f"{out_key} is missing or not an integer >= 0 (64-bit)"
             elif last is not None and t * ns_per_unit < last:
                 why = f"{t_key} is earlier than the row before (the trace must be sorted)"
             elif fmt == "mooncake" and not (isinstance(obj.get("hash_ids", []), list)
@@ -209,9 +258,10 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
         if not skip:
             raise _bad_rows(p, bad_lines, bad_reasons)
         skipped["bad_rows"] = len(bad_lines)
-    return Trace(str(p), fmt, np.array(ts, dtype=np.int64), np.array(pin, dtype=np.int64),
-                 np.array(pout, dtype=np.int64), hash_ids=hashes if fmt == "mooncake" else None,
-                 prefix_group=np.array(groups, dtype=np.int64) if fmt == "jsonl" else None, skipped=skipped)
+    return _nonempty(Trace(str(p), fmt, np.array(ts, dtype=np.int64), np.array(pin, dtype=np.int64),
+                           np.array(pout, dtype=np.int64), hash_ids=hashes if fmt == "mooncake" else None,
+                           prefix_group=np.array(groups, dtype=np.int64) if fmt == "jsonl" else None,
+                           skipped=skipped))
 
 
 def _num(v) -> bool:
@@ -219,4 +269,4 @@ def _num(v) -> bool:
 
 
 def _int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_INT

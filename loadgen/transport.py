@@ -47,9 +47,10 @@ class AiohttpTransport:
     """One session for the whole run. The connector has NO connection limit (aiohttp's default of 100
     would queue requests silently inside the client) and keeps connections alive."""
 
-    def __init__(self, base_url: str, headers: dict[str, str] | None = None):
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, tls=True):
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self._headers = headers or {}
+        self._tls = tls  # aiohttp's ssl=: True verifies, False does not, or an SSLContext (--ca-bundle)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AiohttpTransport:
@@ -61,7 +62,7 @@ class AiohttpTransport:
         trace.on_request_headers_sent.append(_stamp_sent)
         trace.on_request_chunk_sent.append(_stamp_sent)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=self._tls),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None),
             trace_configs=[trace],
             headers=self._headers,

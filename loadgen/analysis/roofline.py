@@ -93,4 +93,14 @@ def roofline(shape: dict, bandwidth_b_s: float, source: str, prompt_tokens: floa
            "fraction_of_ceiling": None}
     if measured_single_stream_tok_s:
         out["fraction_of_ceiling"] = measured_single_stream_tok_s / ceiling
+    # Faster than the bandwidth allows is impossible: the model config or the device does not describe the
+    # server (e.g. the built-in simulator serves its own profile, whatever model name the workload gives).
+    above = (out["fraction_of_ceiling"] or 0) > ABOVE_CEILING
+    out["above_ceiling"] = above
+    out["warning"] = (f"measured {out['fraction_of_ceiling']:.0%} of the ceiling, which is impossible: the model "
+                      f"config or the device does not match the server that answered (the built-in simulator "
+                      f"serves its own --profile whatever the workload's model says)") if above else None
     return out
+
+
+ABOVE_CEILING = 1.05  # measured/ceiling beyond this is not noise

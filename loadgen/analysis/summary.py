@@ -18,7 +18,8 @@ import numpy as np
 import polars as pl
 
 from loadgen import hdr, metrics
-from loadgen.results import Run, Summary
+from loadgen.analysis import completeness
+from loadgen.results import ResultsError, Run, Summary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
@@ -51,7 +52,9 @@ def _rate(times: pl.Series) -> float | None:
     return metrics.rate_per_s(times.drop_nulls().to_numpy())
 
 
-def _status_reason(status: str | None) -> list[str]:
+def _status_reason(status: str | None, missing: dict | None = None) -> list[str]:
+    if missing is not None and status not in ("complete", "invalid", "interrupted"):
+        return [completeness.reason(missing)]
     return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
 
 
@@ -67,10 +70,12 @@ def summarize(run: Run) -> Summary:
     latency = {m: distribution_ms(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution_ms(itl_ns(run.tokens, ok["request_id"]))
     manifest = run.manifest
+    missing = completeness.lost(run)
     return {
         "run": {"path": str(run.path), "name": manifest.get("config", {}).get("name"),
                 "status": manifest.get("status"), "target": manifest.get("target", {}).get("url")},
-        "requests": {"scheduled": n, "ok": n_ok, "failed": n - n_ok - n_dropped, "dropped": n_dropped},
+        "requests": {"scheduled": n, "ok": n_ok,  # cancelled rows were never sent: not failed
+                     "failed": n - n_ok - n_dropped - outcomes.get("cancelled", 0), "dropped": n_dropped},
         "outcomes": outcomes,
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
         "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
@@ -80,7 +85,9 @@ def summarize(run: Run) -> Summary:
         "histograms": histograms(run.path),
         "generator": manifest.get("generator"),
         "valid": manifest.get("status") == "complete",
-        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status")),
+        "invalid_reasons": list(manifest.get("invalid_reasons", [])) + _status_reason(manifest.get("status"),
+                                                                                      missing),
+        "lost": missing,
         # what the target is, and whether the prompts had the planned lengths (prompts.verdict)
         "server": (manifest.get("target", {}).get("server") or {}).get("kind"),
         "prompt_lengths": manifest.get("workload", {}).get("prompt_lengths"),
@@ -94,5 +101,9 @@ def histograms(run_dir: str | Path) -> dict[str, dict] | None:
     for m in hdr.METRICS:
         logs = sorted({*p.glob(f"{m}.hlog"), *p.glob(f"{m}.*.hlog")})
         if logs:
-            out[m] = hdr.summary_ms(hdr.merge_logs(logs))
+            try:
+                out[m] = hdr.summary_ms(hdr.merge_logs(logs))
+            except ValueError as e:  # a damaged line, named by file and line
+                raise ResultsError(f"{e}\n(the interval logs are damaged; requests.parquet is not: move the "
+                                   f"damaged .hlog aside to report without it)") from None
     return out or None

@@ -37,7 +37,7 @@ class LlamaCppBackend:
     def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
         stream = Stream()
         final: dict = {}
-        for t, data in sse_events(read_t_ns, reads):
+        for t, data in sse_events(read_t_ns, reads, stream):
             final = self._event(data, t, stream) or final
         return stream, final
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import orjson
 
 from loadgen.backends import Messages, messages_payload, user
+from loadgen.backends.sse import MAX_LINE_BYTES
 from loadgen.backends.stream import Stream, as_int
 from loadgen.recorder import Row
 
@@ -45,14 +46,28 @@ class OllamaBackend:
     def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
         stream = Stream()
         final: dict = {}
-        buf = b""
+        pending: list[bytes] = []  # reads of the line still open: joined once (a huge line stays linear)
+        size = dropped = 0
+        skipping = False  # inside a dropped line, until its end
         for t, data in zip(read_t_ns, reads):
-            buf += data
-            *lines, buf = buf.split(b"\n")
+            if skipping:
+                if b"\n" not in data:
+                    continue
+                skipping, data = False, data[data.index(b"\n") + 1:]
+            if b"\n" not in data:
+                pending.append(data)
+                size += len(data)
+                if size > MAX_LINE_BYTES:
+                    pending, size, dropped, skipping = [], 0, dropped + 1, True
+                continue
+            *lines, rest = (b"".join(pending) + data).split(b"\n")
             for line in lines:
                 final = self._line(line, t, stream) or final
+            pending, size = [rest], len(rest)
+        buf = b"".join(pending)
         if buf.strip() and read_t_ns:
             final = self._line(buf, read_t_ns[-1], stream) or final
+        stream.lines_dropped(dropped)
         return stream, final
 
     def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:

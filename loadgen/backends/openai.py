@@ -45,7 +45,7 @@ class OpenAIBackend:
 
     def reply_text(self, reads: list[bytes]) -> str:
         stream, state = Stream(), {"usage": None, "metrics": None, "ended": False}
-        for _, data in sse_events([0] * len(reads), reads):
+        for _, data in sse_events([0] * len(reads), reads, stream):
             self._event(data, 0, stream, state)
         return "".join(stream.texts)
 
@@ -110,7 +110,7 @@ class OpenAIBackend:
     def _interpret_full(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
         stream = Stream()
         state = {"usage": None, "metrics": None, "timings": None, "ended": False}
-        for t, data in sse_events(read_t_ns, reads):
+        for t, data in sse_events(read_t_ns, reads, stream):
             self._event(data, t, stream, state)
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
@@ -124,7 +124,7 @@ class OpenAIBackend:
         obj = stream.decode(data)
         if obj is None:
             return
-        if obj.get("usage"):
+        if isinstance(obj.get("usage"), dict):
             state["usage"] = obj["usage"]
         if obj.get("metrics") is not None:
             state["metrics"] = obj["metrics"]
@@ -137,10 +137,13 @@ class OpenAIBackend:
     def _choices(obj: dict, t: int, stream: Stream) -> bool:
         """Adds the object's text chunks to stream; True when a choice says it finished."""
         finished = False
-        for choice in obj.get("choices") or ():
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
             text = choice.get("text")
             if text is None:
-                delta = choice.get("delta") or {}
+                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
                 text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))

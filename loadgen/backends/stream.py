@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from loadgen.backends.sse import SSEParser
+from loadgen.backends.sse import MAX_LINE_BYTES, SSEParser
 from loadgen.recorder import OK, STREAM_ERROR, Row
 
 
@@ -47,8 +47,13 @@ class Stream:
             return None
         return obj
 
+    def lines_dropped(self, n: int) -> None:
+        # Lines over sse.MAX_LINE_BYTES (SSE or NDJSON): the stream is malformed, named by its cause.
+        if n:
+            self.malformed = self.malformed or f"{n} line(s) longer than {MAX_LINE_BYTES} bytes (dropped)"
+
     def token(self, t_ns: int, text: str | None) -> None:
-        if text:
+        if isinstance(text, str) and text:  # anything else a server sends as text carries no token
             self.chunk_t.append(t_ns)
             self.lengths.append(len(text))
             self.texts.append(text)
@@ -72,9 +77,10 @@ class Stream:
             row.outcome = OK
 
 
-def sse_events(read_t_ns, reads: list[bytes]):
+def sse_events(read_t_ns, reads: list[bytes], stream: Stream):
     """(stamp, data) of every SSE event in the reads: an event is stamped with the read that completed
-    it; what the stream's end completes, with the last read's stamp."""
+    it; what the stream's end completes, with the last read's stamp. Lines the parser dropped as too
+    long make the stream malformed."""
     parser = SSEParser()
     for t, data in zip(read_t_ns, reads):
         for ev in parser.feed(data):
@@ -82,6 +88,7 @@ def sse_events(read_t_ns, reads: list[bytes]):
     if len(read_t_ns):
         for ev in parser.close():
             yield read_t_ns[-1], ev.data
+    stream.lines_dropped(parser.too_long)
 
 
 def spread_tokens(lengths: list[int], total: int | None) -> list[int]:

@@ -50,18 +50,26 @@ def explain_lines(s: dict) -> list[str]:
         for w in windows:
             lines.append(f"{_f(w['t_s']):<16}{w['n']:>6}{_f(w['queue']):>10}{_f(w['prefill']):>10}"
                          f"{_f(w['decode']):>10}{_f(w['decode_stalls']):>10}")
-    r = s.get("roofline")
-    if r:
-        lines += ["", f"roofline ({r['bandwidth']}): weights {r['weight_bytes'] / 1e9:.2f} GB, KV "
-                      f"{r['kv_bytes_per_token'] / 1024:.0f} KiB/token, "
-                      f"{r['kv_bytes_per_request'] / 2**20:.1f} MiB/request; "
-                      f"single-stream ceiling {r['single_stream_ceiling_tok_s']:.1f} tok/s, measured "
-                      f"{_f(r['measured_single_stream_tok_s'])} tok/s"
-                      + (f" ({r['fraction_of_ceiling']:.0%})" if r.get("fraction_of_ceiling") else "")
-                      + f" from {r['measured_from']}"]
+    lines += roofline_lines(s.get("roofline"))
     diagnosis = s.get("diagnosis") or []
     lines += ["", "diagnosis:" if diagnosis else "diagnosis: no rule fired"]
     for f in diagnosis:
         lines += textwrap.wrap(f"- {f['finding']}", 100, subsequent_indent="  ")
         lines += textwrap.wrap(f"remedy: {f['remedy']}", 100, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def roofline_lines(r: dict | None) -> list[str]:
+    if not r:
+        return []
+    lines: list[str] = []
+    lines += ["", f"roofline ({r['bandwidth']}): weights {r['weight_bytes'] / 1e9:.2f} GB, KV "
+                  f"{r['kv_bytes_per_token'] / 1024:.0f} KiB/token, "
+                  f"{r['kv_bytes_per_request'] / 2**20:.1f} MiB/request; "
+                  f"single-stream ceiling {r['single_stream_ceiling_tok_s']:.1f} tok/s, measured "
+                  f"{_f(r['measured_single_stream_tok_s'])} tok/s"
+                  + (f" ({r['fraction_of_ceiling']:.0%})" if r.get("fraction_of_ceiling") else "")
+                  + f" from {r['measured_from']}"]
+    if r.get("warning"):
+        lines += textwrap.wrap(f"IMPOSSIBLE: {r['warning']}", 100, subsequent_indent="  ")
     return lines

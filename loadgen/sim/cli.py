@@ -54,32 +54,52 @@ def _speed(text: str) -> float:
     return v
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _collect(errors: list[str] | None, flag: str, convert):
+    # With an errors list, a bad value is recorded (and the parse goes on) so that every bad flag is
+    # reported at once; without one, argparse reports the first and exits.
+    if errors is None:
+        return convert
+
+    def wrapped(text: str):
+        try:
+            return convert(text)
+        except (argparse.ArgumentTypeError, ValueError) as e:
+            errors.append(f"{flag}: {e}")
+            return None
+    wrapped.__name__ = getattr(convert, "__name__", flag)
+    return wrapped
+
+
+def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     from loadgen.sim.profiles import shipped_profiles
 
     epilog = f"shipped profiles: {', '.join(shipped_profiles())}\n" + EPILOG
+    def c(flag: str, convert):
+        return _collect(errors, flag, convert)
+
     p = _Parser(prog="loadgen sim", description="Simulated LLM inference server (OpenAI, Ollama, "
                 "llama.cpp surfaces) with ground truth.", epilog=epilog,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["fixed", "engine"], default="engine",
                    help="fixed: constant TTFT/ITL, unlimited concurrency; engine: continuous batching (default)")
-    p.add_argument("--ttft", type=_duration, default=50_000_000, metavar="DURATION",
+    p.add_argument("--ttft", type=c("--ttft", _duration), default=50_000_000, metavar="DURATION",
                    help="fixed mode TTFT (default 50ms; divided by --speed)")
-    p.add_argument("--itl", type=_duration, default=10_000_000, metavar="DURATION",
+    p.add_argument("--itl", type=c("--itl", _duration), default=10_000_000, metavar="DURATION",
                    help="fixed mode ITL (default 10ms; divided by --speed)")
     p.add_argument("--profile", default="tiny", metavar="NAME|FILE",
                    help="engine profile: a shipped name or a TOML file (default tiny)")
-    p.add_argument("--speed", type=_speed, default=1.0, metavar="X",
+    p.add_argument("--speed", type=c("--speed", _speed), default=1.0, metavar="X",
                    help="time dilation: real time = profile time / X (default 1)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="0 = a free port (printed on stdout)")
-    p.add_argument("--max-num-seqs", type=_positive_int, default=None, metavar="N")
-    p.add_argument("--max-num-batched-tokens", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--port", type=c("--port", int), default=8000, help="0 = a free port (printed on stdout)")
+    p.add_argument("--max-num-seqs", type=c("--max-num-seqs", _positive_int), default=None, metavar="N")
+    p.add_argument("--max-num-batched-tokens", type=c("--max-num-batched-tokens", _positive_int), default=None,
+                   metavar="N",
                    help="per-step token budget (chunked prefill)")
-    p.add_argument("--kv-capacity-tokens", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--kv-capacity-tokens", type=c("--kv-capacity-tokens", _positive_int), default=None, metavar="N",
                    help="KV pool size in tokens (blocks of 16)")
     p.add_argument("--prefix-caching", action="store_true")
-    p.add_argument("--tokens-per-chunk", type=_positive_int, default=1, metavar="K",
+    p.add_argument("--tokens-per-chunk", type=c("--tokens-per-chunk", _positive_int), default=1, metavar="K",
                    help="tokens per streamed chunk (default 1)")
     p.add_argument("--per-request-metrics", action="store_true",
                    help="vLLM's `metrics` object in the final usage chunk")
@@ -87,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-log", default=None, metavar="FILE",
                    help="engine mode: one JSON line per engine step (times, tokens, batch, KV blocks)")
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
-    p.add_argument("--seed", type=int, default=0, metavar="N")
+    p.add_argument("--seed", type=c("--seed", int), default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
     p.add_argument("--emulate", choices=["vllm", "llamacpp"], default="vllm",
                    help="whose shapes the tokenize endpoints, /props, /v1/models and the OpenAI stream's last "
@@ -96,14 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    errors: list[str] = []
+    args = build_parser(errors).parse_args(argv)
+    faults = None
     try:
-        faults = parse_faults(args.faults, args.seed)
+        faults = parse_faults(args.faults, args.seed or 0)
     except ValueError as e:
-        print(f"loadgen sim: error: {e}", file=sys.stderr)
-        return 2
-    if not 0 <= args.port <= 65535:
-        print(f"loadgen sim: error: --port {args.port} out of range", file=sys.stderr)
+        errors.append(str(e))
+    if args.port is not None and not 0 <= args.port <= 65535:
+        errors.append(f"--port {args.port} out of range")
+    if errors:  # every bad flag at once
+        for e in errors:
+            print(f"loadgen sim: error: {e}", file=sys.stderr)
         return 2
     try:
         sim, extra_routes = _make_sim(args, faults)

@@ -1,0 +1,50 @@
+"""What a results folder is missing: a run killed with SIGKILL (or a crash, or a full disk) leaves its
+flushed parts and a manifest whose status is still `running` (issue 15).
+
+`lost(run)` is None for a run that finished; otherwise it says what was planned and what was found:
+{"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
+s from t0), "alive" (the run's process still exists on this host: the run is still going)} and
+`reason` puts it in one sentence for the report's invalid reasons.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+import polars as pl
+
+from loadgen.results import Run
+
+FINISHED = ("complete", "invalid", "interrupted")
+
+
+def _alive(manifest: dict) -> bool:
+    host = manifest.get("host") or {}
+    pid = host.get("pid")
+    if not isinstance(pid, int) or host.get("hostname") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def lost(run: Run) -> dict | None:
+    m = run.manifest
+    planned = (m.get("schedule") or {}).get("requests")
+    found = run.requests.height
+    if m.get("status") in FINISHED and (planned is None or found >= planned):
+        return None
+    done = run.requests["done_ns"].drop_nulls() if "done_ns" in run.requests.columns else pl.Series([])
+    return {"status": m.get("status"), "planned": planned, "found": found,
+            "missing": planned - found if planned is not None else None,
+            "last_recorded_s": float(done.max()) / 1e9 if done.len() else None, "alive": _alive(m)}
+
+
+def reason(info: dict) -> str:
+    how = "is still running" if info["alive"] else \
+        "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)"
+    last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
+    return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
+            f"({info['missing']} missing); last request recorded at {last} from t0")
