@@ -7,6 +7,7 @@ import orjson
 import polars as pl
 import pytest
 
+from loadgen.results import read_run
 from tests.integration.conftest import loadgen
 from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
 
@@ -34,10 +35,12 @@ def test_server_timings_match_the_truth(tmp_path, backend, api, flags, run_flags
         assert share >= 0.99, (backend, comp, share)
     if backend == "llamacpp":
         # derived: client TTFT - server prefill, so it also holds the request upload and the first
-        # token's trip to the client (about 1 ms on a busy 2-core host)
+        # token's trip to the client (about 1 ms on a quiet host; plus however late the busy host let the
+        # client read, which the run measured: its loop lateness p99)
         err = j["queue_ms"] - j["true_queue_ms"]
         assert err.min() >= -0.5, err.describe()
-        tol_ms = pl.max_horizontal(pl.lit(3.0), 0.05 * pl.col("true_queue_ms"))
+        host_ms = read_run(run_dir).manifest["generator"]["loop_lateness_ms"]["p99"]
+        tol_ms = pl.max_horizontal(pl.lit(3.0), 0.05 * pl.col("true_queue_ms")) + host_ms
         assert within(j, "queue_ms", "true_queue_ms", tol_ms) >= 0.9
     assert j["true_queue_ms"].mean() > 5  # the run did queue: the check above was not vacuous
 
