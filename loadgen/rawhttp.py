@@ -11,8 +11,8 @@ with no pool limit (an idle connection is reused, else a new one is opened: noth
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
 MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
 what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
-Same contract as transport.AiohttpTransport: post() yields a response with `status`, `read()` and
-`reads()`, plus `stamped()` -> (read_t_ns, reads) of the body, stamped in the protocol callback.
+The contract is transport.Transport / transport.Response; here `stamped()` only parses: each read was
+stamped in the protocol callback (on the now_ns clock it was given).
 """
 from __future__ import annotations
 
@@ -190,7 +190,7 @@ class _Response:
     def __init__(self, conn: _Conn, parsed: _Parsed):
         self.status = parsed.status
         self._conn, self._parsed = conn, parsed
-        self.error: TransportError | None = None  # set when the body was cut short (stamped() keeps the part)
+        self.error: TransportError | None = None  # set when the body was cut short (received() keeps the part)
         conn.wake_any = not parsed.chunked
 
     async def _complete(self) -> _Parsed:
@@ -212,10 +212,12 @@ class _Response:
         return p
 
     async def stamped(self) -> tuple[array, list[bytes]]:
+        # The reads were stamped in the protocol callback (the hot path); here they are only parsed.
         try:
             p = await self._complete()
         except TransportError as e:
-            self.error, p = e, self._parsed
+            self.error = e
+            raise
         t = self._conn.t
         keep = [i for i, b in enumerate(p.body_reads) if b]
         return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
@@ -233,10 +235,6 @@ class _Response:
 
     async def read(self) -> bytes:
         return b"".join((await self.stamped())[1])
-
-    async def reads(self):
-        for data in (await self.stamped())[1]:
-            yield data
 
 
 class RawHttpTransport:

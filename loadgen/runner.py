@@ -137,25 +137,13 @@ class Runner:
             async with asyncio.timeout(self.request_timeout_s):
                 headers = {**self.headers, "X-Request-Id": row.request_id}
                 async with self.transport.post(self.backend.path, headers, body, row) as resp:
-                    row.response_ns = now()
                     row.http_status = resp.status
                     if resp.status != 200:
                         detail = (await resp.read()).decode("utf-8", "replace")
                         row.fail(HTTP_ERROR, f"http_{resp.status}", detail)
                     else:
                         streamed = True
-                        stamped = getattr(resp, "stamped", None)
-                        if stamped is not None:
-                            # rawhttp: the protocol callback already stamped each read (its hot path).
-                            t, data = await stamped()
-                            read_t, reads = t, data
-                            if resp.error is not None:
-                                raise resp.error
-                        else:
-                            # The hot path: one clock read and two appends per read; parsing comes later.
-                            async for data in resp.reads():
-                                read_t.append(now())
-                                reads.append(data)
+                        read_t, reads = await resp.stamped()  # stamped by the transport as reads land
             end_ns = now()
             if streamed and len(reads) > OFFLOAD_READS:
                 # A long stream is interpreted in a worker thread (loadgen/offload.py says why).
@@ -171,8 +159,8 @@ class Runner:
             row.fail(CONNECTION_ERROR, "client_error", f"{type(e).__name__}: {e}")
         finally:
             row.done_ns = end_ns or now()
-            if streamed and not reads and hasattr(resp, "received"):
-                read_t, reads = resp.received()  # rawhttp cut off mid-stream: keep what already arrived
+            if streamed and not reads:
+                read_t, reads = resp.received()  # cut off mid-stream: keep what had already arrived
             if streamed and not interpreted:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
