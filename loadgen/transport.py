@@ -17,7 +17,7 @@ from typing import Protocol
 import aiohttp
 
 from loadgen.errors import TransportError  # noqa: F401  (raised here; importable from here too)
-from loadgen.recorder import Row
+from loadgen.recorder import ErrorKind, Row
 
 
 class Response(Protocol):
@@ -139,13 +139,13 @@ class AiohttpTransport:
                     row.response_ns = self.now_ns()
                 yield _Response(resp, self.now_ns)
         except aiohttp.ClientConnectorError as e:
-            raise TransportError("connect_failed", str(e)) from None
+            raise TransportError(ErrorKind.CONNECT_FAILED, str(e)) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
                 aiohttp.ClientOSError, ConnectionResetError) as e:
-            raise TransportError("reset", f"{type(e).__name__}: {e}") from None
+            raise TransportError(ErrorKind.RESET, f"{type(e).__name__}: {e}") from None
         except aiohttp.ClientResponseError as e:
-            raise TransportError("bad_response", str(e)) from None
+            raise TransportError(ErrorKind.BAD_RESPONSE, str(e)) from None
         except aiohttp.ClientError as e:
-            raise TransportError("client_error", f"{type(e).__name__}: {e}") from None
+            raise TransportError(ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}") from None
         except asyncio.IncompleteReadError as e:
-            raise TransportError("reset", str(e)) from None
+            raise TransportError(ErrorKind.RESET, str(e)) from None
