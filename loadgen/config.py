@@ -10,7 +10,7 @@ A workload file (see workloads/quickstart.toml):
 
     [arrivals]
     process = "poisson"            # poisson | constant | gamma
-    rate = "8/s"
+    rate = "8/s"                   # or "inf": every request due at t0, paced only by max_concurrency
     burstiness = 1.0               # gamma only: CV of the gaps = 1/sqrt(burstiness)
 
     [run]
@@ -20,6 +20,8 @@ A workload file (see workloads/quickstart.toml):
     request_timeout = "120s"
     drain_timeout = "30s"          # after the last intended send, in-flight requests get this long
     max_send_lag_p99 = "5ms"       # above it the run is invalid: the generator fell behind (selfcheck.py)
+    concurrency = 0                # > 0: closed loop of N users (needs requests; arrivals are ignored)
+    think_time = "0s"              # closed loop: each user's pause between a reply and its next request
 
     [prompt]
     tokens = 128                   # or { dist = "uniform", min = 64, max = 512 }
@@ -72,6 +74,7 @@ validate() returns every problem at once, each naming the file and key (or the C
 """
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
@@ -88,6 +91,7 @@ APIS = ("completions", "chat")
 LENGTH_DISTS = lengths_mod.DISTS
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 TOKENIZERS = ("auto", "server", "approximate", "local")
+INFINITE_RATES = ("inf", "inf/s", "infinite")  # arrivals.rate / --rate: all requests due at t0
 
 
 class ConfigError(Exception):
@@ -178,6 +182,11 @@ class RunConfig:
     tokenizer: str = "auto"
     tokenizer_file: str | None = None
     dataset: str | None = None
+    # --- issue 10: closed loop (N virtual users) and the SLOs a run is judged by ---
+    concurrency: int = 0            # > 0: closed loop, N users each sending when its previous reply ends
+    think_ns: int = 0               # closed loop: a user's pause between a reply and its next request
+    slo: tuple[tuple[str, float], ...] = ()  # (metric, bound ms), analysis/goodput.py
+    # --- end issue 10 ---
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -208,7 +217,7 @@ _KEYS = {
          "trace", "mix", "prefix", "session"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
-            "max_send_lag_p99"},
+            "max_send_lag_p99", "concurrency", "think_time"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -226,6 +235,7 @@ FLAG_KEYS = {
     "--backend": "backend",
     "--trace": "trace.file", "--trace-format": "trace.format", "--time-scale": "trace.time_scale",
     "--skip-bad-rows": "trace.skip_bad_rows",
+    "--concurrency": "run.concurrency", "--think-time": "run.think_time",
 }
 
 
@@ -362,8 +372,15 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
     elif process == "trace":
         bad("arrivals.process", "\"trace\" needs a [trace] table with a file (or --trace FILE)")
     rate = 1.0
+    concurrency = integer("run.concurrency", 0, 0) or 0
     if process in ("trace", "stages"):
         pass  # the trace or the stages give the rate
+    elif concurrency:
+        pass  # closed loop: the users' replies set the pace; a rate is ignored
+    elif str(get("arrivals.rate")).strip().lower() in INFINITE_RATES:
+        rate = math.inf  # every request is due at t0 (schedule.py); --max-concurrency paces them
+        if process not in ("poisson", "constant", "gamma"):
+            bad("arrivals.rate", f"\"inf\" needs process poisson, constant or gamma, not {process!r}")
     elif get("arrivals.rate") is None:
         bad("arrivals.rate", "missing (e.g. rate = \"8/s\")")
     else:
@@ -377,6 +394,18 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
     duration_ns = duration("run.duration", None)
     if get("run.requests") is not None and get("run.duration") is not None or get("run.requests") is None and get("run.duration") is None and process not in ("trace", "stages"):
         bad("run", "give exactly one of requests or duration")
+    think_ns = duration("run.think_time", 0) if get("run.think_time") not in (None, "0", 0, "0s", "0ms") else 0
+    if (concurrency or math.isinf(rate)) and get("run.duration") is not None:
+        bad("run.concurrency" if concurrency else "arrivals.rate", "a closed loop (concurrency, or rate = \"inf\") "
+            "needs run.requests (--requests N): its duration is whatever the server makes it")
+    if concurrency and get("run.max_concurrency") not in (None, 0, "0"):
+        bad("run.max_concurrency", "give concurrency (closed loop, N users) or max_concurrency (a cap on an "
+            "open loop), not both")
+    if concurrency and isinstance(raw.get("session"), dict):
+        bad("run.concurrency", "a closed loop cannot replay [session] conversations (their turns are timed "
+            "by their own replies)")
+    if think_ns and not concurrency:
+        bad("run.think_time", "only applies to a closed loop (run.concurrency / --concurrency N)")
     warmup = integer("run.warmup_requests", 0, 0) or 0
     if requests is not None and warmup >= requests:
         bad("run.warmup_requests", f"must be less than run.requests ({requests}), got {warmup}")
@@ -438,6 +467,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         tokenizer=tokenizer,
         tokenizer_file=tokenizer_file if isinstance(tokenizer_file, str) else None,
         dataset=dataset if isinstance(dataset, str) else None,
+        concurrency=concurrency,
+        think_ns=think_ns or 0,
     )
     if config.prefix is not None and not skip_lengths and config.prompt_tokens.dist == "fixed" \
             and config.prompt_tokens.value <= config.prefix.tokens:

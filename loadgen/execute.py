@@ -43,6 +43,8 @@ from loadgen.prompts import resolve as resolve_tokenizer
 from loadgen.rawhttp import RawHttpTransport
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
+from loadgen.analysis.goodput import slo_keys
+from loadgen.closedloop import ClosedLoopRunner, load_model
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
 from loadgen.scrape import Scraper
 from loadgen.runner import Runner
@@ -152,6 +154,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": workload_info or {},
+        "load": load_model(config),                                  # issue 10: open or closed loop
+        **({"slo": slo_keys(dict(config.slo))} if config.slo else {}),  # issue 10: read by `report`
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -170,7 +174,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     # --- end explain ---
     try:
         async with transport:
-            runner = Runner(rows, bodies, backend, transport, clock, recorder,
+            # issue 10: --concurrency N is a closed loop of N users (closedloop.py)
+            closed = {"users": config.concurrency, "think_ns": config.think_ns} if config.concurrency else {}
+            runner = (ClosedLoopRunner if closed else Runner)(
+                            rows, bodies, backend, transport, clock, recorder, **closed,
                             max_concurrency=config.max_concurrency,
                             request_timeout_ns=config.request_timeout_ns,
                             drain_timeout_ns=config.drain_timeout_ns,
@@ -207,7 +214,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     rest = recorder.take_finished()
     hists.record_interval(rest, time.monotonic_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns))
+    reasons, generator = check_generator(rows, selfcheck.Limits(config.max_send_lag_p99_ns),
+                                         open_loop=load_model(config)["loop"] == "open")
     if status != "complete":
         reasons = []
     if reasons:
@@ -269,12 +277,14 @@ def make_transport(url: str, headers: dict[str, str]):
     return AiohttpTransport(url, headers)
 
 
-def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
+def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None,
+                    open_loop: bool = True) -> tuple[list[str], dict]:
     sent = [r for r in rows if r.dispatched_ns is not None]
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
-                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits())
+                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
+                           open_loop=open_loop)
 
 
 def _lateness(samples_ns: list[int]) -> dict:

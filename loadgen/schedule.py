@@ -72,6 +72,10 @@ def _arrivals(config: RunConfig, trace) -> np.ndarray:
     a = config.arrivals
     seed = int(np.random.default_rng(sub_seed(config.seed, _ARRIVAL_STREAM)).integers(2**63))
     bound = {"n": config.requests} if config.requests is not None else {"duration_ns": config.duration_ns}
+    if config.concurrency or a.rate_per_s == float("inf"):
+        # Closed loop (issue 10): all due at t0; a closed loop's runner re-times each row when a user
+        # is free (closedloop.py), rate = inf leaves them to --max-concurrency.
+        return np.zeros(config.requests, dtype=np.int64)
     if a.process == "trace":
         t = config.trace
         return arrivals.replay(trace.timestamps_ns, time_scale=t.time_scale, rate_per_s=t.rate_per_s,

@@ -1,0 +1,118 @@
+"""Service-level objectives, attainment and goodput (DistServe's definition: requests per second that
+meet every SLO).
+
+An SLO spec is `--slo ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]`: upper bounds, each on one
+per-request value (loadgen.analysis.summary.latency_columns defines ttft, tpot, e2e):
+  ttft      first_token - intended (so a request that waited in the client or the server counts)
+  tpot      (last_token - first_token) / (output_tokens - 1)
+  e2e       last_token - intended
+  itl_p99   the request's own p99 inter-token latency (nearest rank over its per-token ITL samples)
+A request meets the SLOs when it ended `ok` and every bounded value is <= its bound. tpot and itl_p99
+are vacuously met by a request with a single output token (it has no gap). Failed, dropped and timed-out
+requests meet nothing: attainment = met / measured requests (warm-up excluded), and
+goodput = met / the throughput window (first intended send .. last done, the same window as throughput).
+
+Adds to summary.json (only when an SLO is given, on `report --slo` or recorded by `run --slo`):
+    slo       {"ttft_ms": 500.0, "tpot_ms": 50.0, ...}
+    goodput   {"attainment", "requests_per_s", "met", "requests", "attainment_by_slo": {metric: share}}
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from loadgen.itl import itl_samples_ns
+from loadgen.units import parse_duration_ns
+
+SLO_METRICS = ("ttft", "tpot", "e2e", "itl_p99")
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (ms). ValueError names the bad part."""
+    out: dict[str, float] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"empty SLO {text!r}: expected e.g. 'ttft=500ms,tpot=50ms'")
+    for part in parts:
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep:
+            raise ValueError(f"{part!r}: expected METRIC=DURATION, e.g. ttft=500ms")
+        if name not in SLO_METRICS:
+            raise ValueError(f"{part!r}: unknown metric {name!r} (one of: {', '.join(SLO_METRICS)})")
+        if name in out:
+            raise ValueError(f"{part!r}: {name} given twice")
+        try:
+            ns = parse_duration_ns(value.strip())
+        except ValueError as e:
+            raise ValueError(f"{part!r}: {e}") from None
+        if ns <= 0:
+            raise ValueError(f"{part!r}: the bound must be > 0")
+        out[name] = ns / 1e6
+    return out
+
+
+def slo_keys(slo_ms: dict[str, float]) -> dict[str, float]:
+    return {f"{m}_ms": v for m, v in slo_ms.items()}
+
+
+def from_keys(recorded: dict) -> dict[str, float]:
+    # The inverse of slo_keys (an SLO recorded in a manifest or summary).
+    return {k[:-3]: float(v) for k, v in recorded.items() if k.endswith("_ms") and k[:-3] in SLO_METRICS}
+
+
+def nearest_rank(values: np.ndarray, p: float) -> float:
+    # The ceil(p*n)-th smallest value (the percentile definition of issue 9).
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    return float(v[max(0, math.ceil(p * v.size) - 1)]) if v.size else math.nan
+
+
+def request_itl_p99_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.DataFrame:
+    """request_id -> itl_p99 (ms), the p99 of each request's own per-token ITL samples (null without one)."""
+    owners = pl.DataFrame({"request_id": request_ids.cast(pl.String)}).with_row_index("o")
+    df = (tokens.lazy().join(owners.lazy(), on="request_id", how="inner")
+          .sort("o", "t_ns").select("o", "t_ns", "n_tokens").collect())
+    p99 = np.full(owners.height, np.nan)
+    o = df["o"].to_numpy()
+    if o.size:
+        t, n = df["t_ns"].to_numpy(), df["n_tokens"].to_numpy()
+        bounds = np.flatnonzero(np.diff(o)) + 1
+        for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [o.size]))):
+            s = itl_samples_ns(t[lo:hi], n[lo:hi], o[lo:hi])
+            if s.size:
+                p99[o[lo]] = nearest_rank(s, 0.99) / 1e6
+    return owners.select("request_id").with_columns(itl_p99=pl.Series(p99).fill_nan(None))
+
+
+def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> pl.DataFrame:
+    """Per measured request (rows with latency_columns applied): `met` and one `met_<metric>` per SLO."""
+    if "itl_p99" in slo_ms:
+        req = req.join(request_itl_p99_ms(tokens, req["request_id"]), on="request_id", how="left")
+    ok = pl.col("outcome") == "ok"
+    cols = {}
+    for m, bound in slo_ms.items():
+        value = pl.col(m)
+        vacuous = value.is_null() if m in ("tpot", "itl_p99") else pl.lit(False)
+        cols[f"met_{m}"] = ok & (vacuous | (value <= bound)).fill_null(False)
+    out = req.with_columns(**cols)
+    return out.with_columns(met=pl.all_horizontal(*cols) if cols else ok)
+
+
+def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+    """req: the measured rows with latency_columns applied (as in summarize)."""
+    m = meets(req, tokens, slo_ms)
+    n = m.height
+    window_ns = None
+    if n and m["done_ns"].drop_nulls().len():
+        window_ns = m["done_ns"].max() - m["intended_ns"].min()
+    met = int(m["met"].sum()) if n else 0
+    return {"attainment": met / n if n else None,
+            "requests_per_s": met * 1e9 / window_ns if window_ns else None,
+            "met": met, "requests": n,
+            "attainment_by_slo": {k: (int(m[f"met_{k}"].sum()) / n if n else None) for k in slo_ms}}
+
+
+def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+    return {"slo": slo_keys(slo_ms), "goodput": goodput(req, tokens, slo_ms)}
