@@ -69,21 +69,35 @@ def nearest_rank(values: np.ndarray, p: float) -> float:
     return float(v[max(0, math.ceil(p * v.size) - 1)]) if v.size else math.nan
 
 
-def request_itl_p99_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.DataFrame:
-    """request_id -> itl_p99 (ms), the p99 of each request's own per-token ITL samples (null without one)."""
+def request_itl_samples_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token ITL samples (ms) of the given requests and, per sample, the position of its request in
+    request_ids (the rule of loadgen/itl.py, applied within each request)."""
     owners = pl.DataFrame({"request_id": request_ids.cast(pl.String)}).with_row_index("o")
     df = (tokens.lazy().join(owners.lazy(), on="request_id", how="inner")
           .sort("o", "t_ns").select("o", "t_ns", "n_tokens").collect())
-    p99 = np.full(owners.height, np.nan)
-    o = df["o"].to_numpy()
-    if o.size:
-        t, n = df["t_ns"].to_numpy(), df["n_tokens"].to_numpy()
-        bounds = np.flatnonzero(np.diff(o)) + 1
-        for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [o.size]))):
-            s = itl_samples_ns(t[lo:hi], n[lo:hi], o[lo:hi])
-            if s.size:
-                p99[o[lo]] = nearest_rank(s, 0.99) / 1e6
-    return owners.select("request_id").with_columns(itl_p99=pl.Series(p99).fill_nan(None))
+    o = df["o"].to_numpy().astype(np.int64)
+    if not o.size:
+        return np.empty(0), np.empty(0, dtype=np.int64)
+    t, n = df["t_ns"].to_numpy(), df["n_tokens"].to_numpy()
+    samples, owner = [], []
+    bounds = np.flatnonzero(np.diff(o)) + 1
+    for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [o.size]))):
+        s = itl_samples_ns(t[lo:hi], n[lo:hi], o[lo:hi])
+        samples.append(s / 1e6)
+        owner.append(np.full(s.size, o[lo], dtype=np.int64))
+    return np.concatenate(samples), np.concatenate(owner)
+
+
+def request_itl_p99_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.DataFrame:
+    """request_id -> itl_p99 (ms), the p99 of each request's own per-token ITL samples (null without one)."""
+    samples, owner = request_itl_samples_ms(tokens, request_ids)
+    p99 = np.full(request_ids.len(), np.nan)
+    if owner.size:
+        bounds = np.flatnonzero(np.diff(owner)) + 1
+        for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [owner.size]))):
+            p99[owner[lo]] = nearest_rank(samples[lo:hi], 0.99)
+    return pl.DataFrame({"request_id": request_ids.cast(pl.String), "itl_p99": p99}).with_columns(
+        pl.col("itl_p99").fill_nan(None))
 
 
 def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> pl.DataFrame:
