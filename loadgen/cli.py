@@ -155,7 +155,7 @@ SWEEP_EXAMPLES = """\
 examples:
   loadgen sweep workloads/quickstart.toml --rates 2,4,8,16/s
   loadgen sweep workloads/quickstart.toml --start 1/s --factor 2 --refine 3 --out results/qs-sweep
-  loadgen sweep workloads/quickstart.toml --start 2/s --slo ttft=500ms,tpot=50ms --max-goodput --attainment 0.9 --refine 4
+  loadgen sweep workloads/quickstart.toml --start 2/s --slo ttft=500ms,tpot=50ms --max-goodput --refine 4
   loadgen sweep workloads/quickstart.toml --start 1/s --out results/qs-sweep --resume
 """
 COMPARE_EXAMPLES = """\

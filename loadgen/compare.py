@@ -334,7 +334,8 @@ def compare_cli(args, slo_ms) -> int:
     try:
         resamples, seed = int(args.resamples), int(args.seed)
     except ValueError:
-        raise CompareError(f"--resamples and --seed take whole numbers, got {args.resamples!r}, {args.seed!r}") from None
+        raise CompareError(f"--resamples and --seed take whole numbers, got {args.resamples!r}, "
+                           f"{args.seed!r}") from None
     if resamples < 100:
         raise CompareError(f"--resamples: must be >= 100, got {args.resamples!r}")
     try:

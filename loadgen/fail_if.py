@@ -21,7 +21,7 @@ from loadgen.units import parse_duration_ns
 LATENCY = ("ttft", "ttft_from_send", "tpot", "itl", "e2e")
 SINGLE = ("throughput", "token_throughput", "goodput", "attainment")
 STATS = ("p50", "p90", "p99", "mean")
-_RULE = re.compile(r"\s*(?:(?P<stat>[a-z0-9]+)\s+)?(?P<metric>[a-z_]+)\s*(?P<op>[<>])\s*"
+_RULE = re.compile(r"\s*(?:(?P<stat>[a-z0-9]+)\s+)?(?P<metric>[a-z0-9_]+)\s*(?P<op>[<>])\s*"
                    r"(?P<value>[+-]?[0-9]*\.?[0-9]+)\s*(?P<unit>%|[a-zµ]+|/s)?\s*")
 
 

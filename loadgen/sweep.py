@@ -202,7 +202,7 @@ def _base_record(config: RunConfig) -> dict:
 
 
 def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
-              opts: ExplainOptions = ExplainOptions(), progress: TextIO | None = sys.stderr,
+              opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
               run_point: Callable | None = None) -> SweepOutcome:
     from loadgen.execute import run_workload
 

@@ -19,8 +19,9 @@ def run_slo(run: Run, slo_ms: dict[str, float] | None) -> dict[str, float] | Non
     return slo_ms or goodput.from_keys(run.manifest.get("slo") or {}) or None
 
 
-def build(run_dir: str | Path, opts: ExplainOptions = ExplainOptions(),
+def build(run_dir: str | Path, opts: ExplainOptions | None = None,
           slo_ms: dict[str, float] | None = None, write: bool = True) -> dict:
+    opts = opts or ExplainOptions()
     run = read_run(run_dir)
     summary = summarize(run)
     section, decomposition = explain(run, opts)
