@@ -15,7 +15,8 @@ finishes at its capacity whatever is offered and the queue grows without bound. 
 rate at which this point and every lower one keep up. Beside it, `ttft_knee_per_s` is the highest rate
 at which p99 TTFT stays within `ttft_factor` (3x) of the lowest-rate point's (queueing before
 saturation shows there first). Max goodput: the highest rate whose run is valid and whose attainment
-(goodput.py) is >= the target.
+(goodput.py) is >= the target; `max_goodput.keeps_up` is false (and the text warns) when that rate is
+past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
 Files: DIR/sweep.json (the manifest: spec, base config, each point's rate, folder and status, written
 after every point), DIR/rate-<r>/ (a normal results folder with its summary.json), and at the end (also
@@ -309,7 +310,10 @@ def sweep_summary(out: Path, manifest: dict, records: list[dict], spec: SweepSpe
                        "goodput_per_s": best["goodput"]["requests_per_s"] if best else None,
                        "attainment": best["goodput"]["attainment"] if best else None,
                        "target_attainment": spec.attainment,
-                       "first_missed_per_s": (found or {}).get("hi")}
+                       "first_missed_per_s": (found or {}).get("hi"),
+                       # past the knee the SLOs hold only for as long as the run is too short for the
+                       # queue to grow past them: say so rather than call the rate sustainable
+                       "keeps_up": best["keeps_up"] if best else None}
     return {"kind": "loadgen-sweep-summary", "schema_version": SCHEMA_VERSION,
             "sweep": {"path": str(out), "workload": manifest["workload"], "status": manifest["status"],
                       "mode": "max_goodput" if spec.max_goodput else "knee", "spec": manifest["spec"]},
@@ -349,6 +353,9 @@ def summary_text(s: dict) -> str:
         lines.append(f"max goodput at {f(m['rate_per_s'], '{:g}')}/s: {f(m['goodput_per_s'])} req/s meet every SLO, "
                      f"attainment {f(m['attainment'], '{:.1%}')} (target {m['target_attainment']:.0%}; missed at "
                      f"{f(m['first_missed_per_s'], '{:g}')}/s)")
+        if m["keeps_up"] is False:
+            lines.append("           WARNING: past the knee (the server does not keep up there): the SLOs held only "
+                         "because the run ended before the queue grew; a longer run would miss them")
     if s.get("search"):
         sr = s["search"]
         lines.append(f"search     {sr['points']} points; bracket {f(sr['lo'], '{:g}')}..{f(sr['hi'], '{:g}')}/s, "
