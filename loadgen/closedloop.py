@@ -47,7 +47,7 @@ class ClosedLoopRunner(Runner):
         else:
             await self.clock.sleep_until(self.rows[0].intended_ns)  # t0
             for _ in range(min(self.users, len(self.rows))):
-                self._release(0)
+                self._release(None)  # the first N: due at t0, as planned
         await self._all_started.wait()
         self._dispatch_done = True
         self._check_idle()
@@ -57,13 +57,14 @@ class ClosedLoopRunner(Runner):
         if not self._idle.is_set():
             self._release(self.think_ns)
 
-    def _release(self, think_ns: int) -> None:
-        # A user is free: its next row is due think_ns from now.
+    def _release(self, think_ns: int | None) -> None:
+        # A user is free: its next row is due think_ns from now (None: keep the row's planned time).
         if self._next >= len(self.rows):
             return
         i, self._next = self._next, self._next + 1
-        self.rows[i].intended_ns = self.clock.now_ns() + think_ns
-        if think_ns <= 0:
+        if think_ns is not None:
+            self.rows[i].intended_ns = self.clock.now_ns() + think_ns
+        if not think_ns:
             self._start_last(i)
         else:
             timer = asyncio.create_task(self._start_after(i))
