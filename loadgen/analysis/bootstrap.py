@@ -37,8 +37,10 @@ def block_indices(n: int, resamples: int, rng: np.random.Generator, block: int |
 def nearest_rank_rows(values: np.ndarray, p: float | None) -> np.ndarray:
     """Per row of a (B, n) matrix (NaN = absent): the nearest-rank p-quantile, or the mean if p is None."""
     if p is None:
-        with np.errstate(invalid="ignore"):
-            return np.nanmean(values, axis=1) if values.shape[1] else np.full(values.shape[0], np.nan)
+        present = ~np.isnan(values)
+        m = present.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(m > 0, np.where(present, values, 0.0).sum(axis=1) / m, np.nan)
     v = np.sort(values, axis=1)  # NaN sort last
     m = np.sum(~np.isnan(v), axis=1)
     k = np.clip(np.ceil(p * m).astype(np.int64) - 1, 0, max(v.shape[1] - 1, 0))
