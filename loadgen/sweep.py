@@ -334,7 +334,8 @@ def summary_text(s: dict) -> str:
              f"{'e2e99':>8}{'queue':>8}{'prefill':>8}{'decode':>8}{'attain':>8}{'good/s':>8}  ok"]
     for p in s["points"]:
         lat, d, g = p["latency_ms"], p["decomposition_mean_ms"], p.get("goodput") or {}
-        lines.append(f"{p['rate_per_s']:>8g}{f(p['offered_per_s']):>8}{f(p['completed_per_s']):>8}{f(p['throughput']['output_tokens_per_s'], '{:.0f}'):>9}"
+        tok_s = f(p["throughput"]["output_tokens_per_s"], "{:.0f}")
+        lines.append(f"{p['rate_per_s']:>8g}{f(p['offered_per_s']):>8}{f(p['completed_per_s']):>8}{tok_s:>9}"
                      f"{f(lat['ttft']['p50']):>8}{f(lat['ttft']['p99']):>8}{f(lat['tpot']['p50'], '{:.2f}'):>8}"
                      f"{f(lat['itl']['p99'], '{:.2f}'):>8}{f(lat['e2e']['p99']):>8}{f(d['queue']):>8}"
                      f"{f(d['prefill']):>8}{f(d['decode']):>8}{f(g.get('attainment'), '{:.0%}'):>8}"
@@ -358,8 +359,9 @@ def summary_text(s: dict) -> str:
                          "because the run ended before the queue grew; a longer run would miss them")
     if s.get("search"):
         sr = s["search"]
+        stopped = f"; {sr['stopped']}" if sr["stopped"] else ""
         lines.append(f"search     {sr['points']} points; bracket {f(sr['lo'], '{:g}')}..{f(sr['hi'], '{:g}')}/s, "
-                     f"resolution {f(sr['resolution_rel'], '{:.1%}')}" + (f"; {sr['stopped']}" if sr["stopped"] else ""))
+                     f"resolution {f(sr['resolution_rel'], '{:.1%}')}{stopped}")
     if s["sweep"]["status"] != "complete":
         lines.append(f"INTERRUPTED: the finished points are kept; `loadgen sweep ... --out {s['sweep']['path']} "
                      "--resume` continues")

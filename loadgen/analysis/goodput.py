@@ -18,11 +18,10 @@ Adds to summary.json (only when an SLO is given, on `report --slo` or recorded b
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import polars as pl
 
+from loadgen.analysis import bootstrap
 from loadgen.itl import itl_samples_ns
 from loadgen.units import parse_duration_ns
 
@@ -64,9 +63,8 @@ def from_keys(recorded: dict) -> dict[str, float]:
 
 
 def nearest_rank(values: np.ndarray, p: float) -> float:
-    # The ceil(p*n)-th smallest value (the percentile definition of issue 9).
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    return float(v[max(0, math.ceil(p * v.size) - 1)]) if v.size else math.nan
+    # The ceil(p*n)-th smallest value (the percentile definition of issue 9; bootstrap.py holds it).
+    return bootstrap.stat(values, p)
 
 
 def request_itl_samples_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
