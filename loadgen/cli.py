@@ -285,15 +285,14 @@ def _slo(args: argparse.Namespace) -> dict[str, float] | None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from loadgen.execute import default_out
     from loadgen.sim.process import SimStartError
-    from loadgen.sweep import SweepError, run_sweep
+    from loadgen.sweep import SweepError, default_sweep_out, run_sweep
     from loadgen.sweep_args import ArgError, spec_from_args
 
     try:
         spec = spec_from_args(args, _slo(args))
         cfg = _config(args)
-        out = Path(args.out) if args.out else Path(str(default_out(cfg)).replace(cfg.name, f"{cfg.name}-sweep", 1))
+        out = Path(args.out) if args.out else default_sweep_out(cfg)
         outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=None if args.quiet else sys.stderr)
     except (ArgError, SweepError, SimStartError) as e:
         print(f"error: {e}", file=sys.stderr)

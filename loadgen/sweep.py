@@ -8,13 +8,15 @@ between the last point that met the criterion and the first that did not (geomet
 answer's resolution is hi/lo - 1 and the number of points is stated in the summary (`search`).
 
 The knee (knee()): a point *keeps up* when its run is valid and the server's completion rate is within
-`tolerance` (5 %) of the offered rate: completed = (n - 1) / span of the ok requests' last tokens,
-offered = (n - 1) / span of their intended sends (both summarize's rate rule). Below saturation,
+`tolerance` (5 %) of the offered rate, both over the ok requests: completed from their last tokens,
+offered from their intended sends, each the rate fitted to all events (fitted_rate_per_s). Below saturation,
 completions follow arrivals shifted by a stationary latency, so the two rates agree; past it the server
 finishes at its capacity whatever is offered and the queue grows without bound. The knee is the highest
 rate at which this point and every lower one keep up. Beside it, `ttft_knee_per_s` is the highest rate
 at which p99 TTFT stays within `ttft_factor` (3x) of the lowest-rate point's (queueing before
-saturation shows there first). Max goodput: the highest rate whose run is valid and whose attainment
+saturation shows there first). With --scrape-metrics each point also reports the server's peak
+waiting-queue depth and KV usage (`server_max_waiting`, `server_max_kv_usage`): the server's own view
+of the queue taking over. Max goodput: the highest rate whose run is valid and whose attainment
 (goodput.py) is >= the target; `max_goodput.keeps_up` is false (and the text warns) when that rate is
 past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
@@ -31,17 +33,19 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
 import orjson
 import polars as pl
 
-from loadgen.analysis.explain import ExplainOptions
+from loadgen.analysis.diagnose import facts_from_metrics
+from loadgen.analysis.explain import ExplainOptions, load_metrics
 from loadgen.analysis.report_summary import build
 from loadgen.config import RunConfig, with_overrides
 from loadgen.results import read_run, write_json
-from loadgen.selfcheck import rate_per_s
 
 SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
@@ -70,6 +74,10 @@ class SweepSpec:
     ttft_factor: float = TTFT_FACTOR
 
 
+def default_sweep_out(config: RunConfig) -> Path:
+    return Path("results") / f"{config.name}-sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
 def round_rate(r: float) -> float:
     return float(f"{r:.4g}")  # a point's identity: 4 significant digits (also its folder name)
 
@@ -79,6 +87,18 @@ def point_dir(r: float) -> str:
 
 
 # --- pure parts: the knee rule and the search -------------------------------------------------------
+def fitted_rate_per_s(times_ns) -> float | None:
+    """Events per second as 1 / the least-squares slope of the sorted times against their rank: every
+    event weighs in, so one slow last request (or a fast first one) does not move the rate the way it
+    moves (n - 1) / span."""
+    t = np.sort(np.asarray(times_ns, dtype=np.float64))
+    if t.size < 3:
+        return None
+    i = np.arange(t.size, dtype=np.float64)
+    slope_ns = float(np.cov(i, t, bias=True)[0, 1] / np.var(i))
+    return 1e9 / slope_ns if slope_ns > 0 else None
+
+
 def keeps_up(p: dict, tolerance: float = KNEE_TOLERANCE) -> bool:
     off, done = p.get("offered_per_s"), p.get("completed_per_s")
     return bool(p.get("valid")) and off is not None and done is not None and done >= (1 - tolerance) * off
@@ -281,18 +301,21 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
     """One row of the sweep summary, from the point's summary.json and requests.parquet."""
     folder = out / entry["dir"]
     s = orjson.loads((folder / "summary.json").read_bytes())
-    ok = read_run(folder).requests.filter(~pl.col("warmup") & (pl.col("outcome") == "ok"))
+    run = read_run(folder)
+    ok = run.requests.filter(~pl.col("warmup") & (pl.col("outcome") == "ok"))
+    max_waiting, max_kv = facts_from_metrics(load_metrics(run))  # with --scrape-metrics, else None
     dec = (s.get("decomposition_ms") or {}).get("mean") or {}
     rec = {
         "rate_per_s": entry["rate_per_s"], "dir": entry["dir"], "status": entry["status"],
         "valid": bool(s.get("valid")), "invalid_reasons": s.get("invalid_reasons", []),
         "requests": s["requests"],
-        "offered_per_s": rate_per_s(ok["intended_ns"].to_numpy()) if ok.height else None,
-        "completed_per_s": rate_per_s(ok["last_token_ns"].to_numpy()) if ok.height else None,
+        "offered_per_s": fitted_rate_per_s(ok["intended_ns"].to_numpy()),
+        "completed_per_s": fitted_rate_per_s(ok["last_token_ns"].to_numpy()),
         "throughput": s["throughput"],
         "latency_ms": {m: {k: s["latency_ms"][m][k] for k in ("p50", "p90", "p99", "mean")} for m in LAT_METRICS},
         "decomposition_mean_ms": {c: dec.get(c) for c in DECOMP},
         "goodput": s.get("goodput"),
+        "server_max_waiting": max_waiting, "server_max_kv_usage": max_kv,
     }
     rec["keeps_up"] = keeps_up(rec, spec.tolerance)
     if spec.slo_ms:

@@ -1,4 +1,5 @@
 """The knee rule and the rate search of loadgen/sweep.py, and the sweep's flag parsing, on made-up points."""
+import numpy as np
 import pytest
 
 from loadgen.sweep import SweepSpec, keeps_up, knee, search
@@ -83,3 +84,16 @@ def test_parse_rates(text, expected):
 def test_bad_rates(text, message):
     with pytest.raises(ArgError, match=message):
         parse_rates(text)
+
+
+def test_fitted_rate_weighs_every_event():
+    from loadgen.sweep import fitted_rate_per_s
+
+    even = np.arange(0, 2_000_000_000, 100_000_000)  # 20 events, 10/s
+    assert fitted_rate_per_s(even) == pytest.approx(10.0)
+    # the last one 300 ms late (a slow last request): (n - 1) / span says 8.6/s; the fit barely moves
+    late = even.copy()
+    late[-1] += 300_000_000
+    assert 19 / ((late[-1] - late[0]) / 1e9) == pytest.approx(8.64, abs=0.01)
+    assert fitted_rate_per_s(late) == pytest.approx(10.0, rel=0.05)
+    assert fitted_rate_per_s(even[:2]) is None  # too few to fit
