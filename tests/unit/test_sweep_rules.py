@@ -46,8 +46,8 @@ def capacity(mu):
 @pytest.mark.parametrize("spec, mu, lo, hi, rates", [
     # geometric from 1 by 2 until the criterion fails at 16 (mu = 10): bracket 8..16, 5 points
     (SweepSpec(start_per_s=1), 10, 8, 16, [1, 2, 4, 8, 16]),
-    # + 3 bisections at geometric midpoints of the rounded rates: 11.31 (miss), 9.512 (keeps up), 10.37 (10/10.37 = 96.4%:
-    # within the 5 % tolerance, so it keeps up)
+    # + 3 bisections at geometric midpoints of the rounded rates: 11.31 (miss), 9.512 (keeps up),
+    # 10.37 (10/10.37 = 96.4 %: within the 5 % tolerance, so it keeps up)
     (SweepSpec(start_per_s=1, refine=3), 10, 10.37, 11.31, [1, 2, 4, 8, 16, 11.31, 9.512, 10.37]),
     # the first point already misses: the series goes down until one keeps up
     (SweepSpec(start_per_s=40), 10, 10, 20, [40, 20, 10]),
