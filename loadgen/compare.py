@@ -78,7 +78,8 @@ def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
     p = Path(path) / "decomposition.parquet"
     if p.is_file():
         d = pl.read_parquet(p)
-        joined = req.select("request_id").join(d, on="request_id", how="left")
+        joined = (req.select("request_id").with_row_index("_pos").join(d, on="request_id", how="left")
+                  .sort("_pos"))  # in req's order, whatever order the join returns
         dec = {c: joined[f"{c}_ms"].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in DECOMP
                if f"{c}_ms" in joined.columns}
     return RunData(str(path), run.manifest, lat, itl, interval,

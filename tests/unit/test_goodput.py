@@ -76,3 +76,16 @@ def test_goodput_counts_met_requests_over_the_throughput_window():
     assert g["attainment"] == pytest.approx(0.4)  # the failed request counts and misses
     assert g["requests_per_s"] == pytest.approx(2 / 2.0)  # window: 0 .. 2000 ms
     assert g["attainment_by_slo"] == {"ttft": pytest.approx(0.6), "tpot": pytest.approx(0.6)}
+
+
+def test_itl_p99_is_each_requests_own_p99():
+    # a: tokens 10 ms apart; b: one 100 ms gap among them; c: a 3-token chunk after 30 ms counts as
+    # three gaps of 10 ms (the per-token rule), so it meets a 50 ms bound. Rows listed out of id order.
+    t = [("a", 0), ("a", 10), ("a", 20), ("a", 30), ("b", 0), ("b", 10), ("b", 110), ("c", 0), ("c", 30)]
+    n = [1, 1, 1, 1, 1, 1, 1, 1, 3]
+    tokens = pl.DataFrame({"request_id": [r for r, _ in t], "t_ns": [ms * MS for _, ms in t], "n_tokens": n},
+                          schema={"request_id": pl.String, "t_ns": pl.Int64, "n_tokens": pl.Int32})
+    req = pl.DataFrame({"request_id": ["c", "b", "a"], "outcome": ["ok"] * 3})
+    m = meets(req, tokens, {"itl_p99": 50.0})
+    assert m["itl_p99"].to_list() == [10.0, 100.0, 10.0]
+    assert m["met"].to_list() == [True, False, True]
