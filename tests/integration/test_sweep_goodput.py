@@ -14,7 +14,7 @@ from loadgen.sim.truth import read_truth
 from tests.integration.conftest import loadgen, report_json
 
 # An engine with a hard capacity: 4 sequences at most, so requests past it queue (h100-sxm profile).
-ENGINE = "--profile h100-sxm --max-num-seqs 4 --per-request-metrics"
+ENGINE = "--profile h100-sxm --max-num-seqs 4 --per-request-metrics --speed 2"  # 2x faster than the profile
 
 
 def engine_workload(tmp_path, requests=60, seed=5) -> str:
@@ -61,7 +61,7 @@ def truth_capacity_per_s(truth_file) -> float:
 
 def test_sweep_finds_the_knee_within_15_percent_of_the_engines_capacity(tmp_path):
     out = tmp_path / "sweep"
-    p = loadgen("sweep", engine_workload(tmp_path), "--start", "8/s", "--factor", "2", "--refine", "3",
+    p = loadgen("sweep", engine_workload(tmp_path), "--start", "16/s", "--factor", "2", "--refine", "3",
                 "--out", str(out), "--no-calibrate", "--quiet", "--sim-args", ENGINE, timeout=400)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip().splitlines()[-1] == str(out)
@@ -87,7 +87,7 @@ def test_max_goodput_is_met_by_a_confirmation_run_and_missed_at_1_2x(tmp_path):
     w = engine_workload(tmp_path)
     slo = "ttft=1s,tpot=20ms"
     out = tmp_path / "mg"
-    p = loadgen("sweep", w, "--start", "8/s", "--refine", "3", "--max-goodput", "--attainment", "0.9",
+    p = loadgen("sweep", w, "--start", "16/s", "--refine", "3", "--max-goodput", "--attainment", "0.9",
                 "--slo", slo, "--out", str(out), "--no-calibrate", "--quiet", "--sim-args", ENGINE, timeout=400)
     assert p.returncode == 0, p.stderr
     s = orjson.loads((out / "sweep_summary.json").read_bytes())
