@@ -145,8 +145,8 @@ def _sweep_and_compare_parsers(sub, run: argparse.ArgumentParser) -> None:
     cmp.add_argument("--slo", help=SLO_HELP)
     cmp.add_argument("--resamples", default="1000", help="bootstrap resamples (default 1000)")
     cmp.add_argument("--seed", default="0", help="bootstrap seed (default 0)")
-    cmp.add_argument("--min-effect", default="2%", help="smaller changes are called indistinguishable even "
-                                                        "when resolved (default 2%%)")
+    cmp.add_argument("--min-effect", default="5%", help="smaller changes are called indistinguishable even "
+                                                        "when resolved (default 5%%: run-to-run noise)")
 
 
 SWEEP_SHARED = {"--url", "--sim-args", "--max-concurrency", "--max-send-lag-p99", "--quiet", "--no-calibrate",

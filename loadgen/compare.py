@@ -29,6 +29,12 @@ STATS = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "mean": None}
 DECOMP = ("queue", "prefill", "decode", "decode_stalls", "other")
 PROMPT_TOLERANCE = 0.05   # realized prompt/output length statistics may differ this much (relative)
 RATE_TOLERANCE = 0.01
+# Changes smaller than this are "indistinguishable" even when their CI excludes 0. The bootstrap sees the
+# spread between the requests of each run, not what moves between two runs (the machine's load, the
+# server's state): a metric set by the server's fixed step time (e.g. p99 ITL under chunked prefill) has
+# a CI of about +-0.5 % yet moved by more than 2 % between a run and its rerun on the shared 2-core
+# development machine (tests/integration/test_compare.py).
+MIN_EFFECT = 0.05
 
 
 class CompareError(Exception):
@@ -155,7 +161,7 @@ def _num(v):
 
 
 def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: int = 0,
-                 min_effect: float = 0.02) -> list[dict]:
+                 min_effect: float = MIN_EFFECT) -> list[dict]:
     rng = np.random.default_rng(seed)
     ia, ib = bs.block_indices(a.n, resamples, rng), bs.block_indices(b.n, resamples, rng)
     ca, cb = (bs.block_indices(x.interval_ns.size, resamples, rng) for x in (a, b))
@@ -254,7 +260,7 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
 
 
 def compare(inputs: list[str], slo_ms=None, fail_if: list[str] = (), resamples: int = bs.RESAMPLES,
-            seed: int = 0, min_effect: float = 0.02) -> dict:
+            seed: int = 0, min_effect: float = MIN_EFFECT) -> dict:
     if len(inputs) < 2:
         raise CompareError("compare needs at least two results or sweep folders")
     rules = [parse_fail_if(t) for t in fail_if]

@@ -99,7 +99,8 @@ def test_a_rerun_is_indistinguishable_from_its_run_on_every_metric(budget_runs):
     assert c["same_work"]["same"]
     judged = {(m["metric"], m["stat"]): m["verdict"] for m in c["metrics"]}
     assert len(judged) >= 22 and any(k[0].startswith("decomposition.") for k in judged)
-    assert set(judged.values()) == {"indistinguishable"}, {k: v for k, v in judged.items() if v != "indistinguishable"}
+    assert set(judged.values()) == {"indistinguishable"}, [(m["metric"], m["stat"], m["verdict"], m["rel"], m["rel_ci"])
+                                                           for m in c["metrics"] if m["verdict"] != "indistinguishable"]
     assert rc == 0 and r["failed_rules"] == []
     assert "moving-block" in r["method"]["resampling"] and r["method"]["resamples"] == 1000
 
