@@ -50,6 +50,8 @@ from loadgen.rawhttp import RawHttpTransport
 from loadgen.reachability import unreachable_reason
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
+from loadgen.analysis.goodput import slo_keys
+from loadgen.closedloop import ClosedLoopRunner, load_model
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
 from loadgen.scrape import Scraper
 from loadgen.runner import Runner
@@ -187,6 +189,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": workload_info or {},
         "client": client.manifest(headers),
+        "load": load_model(config),                                  # open or closed loop
+        **({"slo": slo_keys(dict(config.slo))} if config.slo else {}),  # read by `report`
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
@@ -205,7 +209,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     try:
         async with transport:
-            runner = Runner(rows, bodies, backend, transport, clock, recorder,
+            # --concurrency N is a closed loop of N users (closedloop.py)
+            closed = {"users": config.concurrency, "think_ns": config.think_ns} if config.concurrency else {}
+            runner = (ClosedLoopRunner if closed else Runner)(
+                            rows, bodies, backend, transport, clock, recorder, **closed,
                             max_concurrency=config.max_concurrency,
                             request_timeout_ns=config.request_timeout_ns,
                             drain_timeout_ns=config.drain_timeout_ns,
@@ -240,7 +247,8 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     rest = recorder.take_finished()
     hists.record_interval(rest, clock.now_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.limits_of(config))
+    reasons, generator = check_generator(rows, selfcheck.limits_of(config),
+                                         open_loop=load_model(config)["loop"] == "open")
     if status != "complete":
         reasons = []
     unreachable = unreachable_reason(rows) if status == "complete" else None
@@ -326,13 +334,14 @@ def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool
     return AiohttpTransport(url, headers, tls, now_ns=now_ns)
 
 
-def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
+def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None,
+                    open_loop: bool = True) -> tuple[list[str], dict]:
     sent = [r for r in rows if r.dispatched_ns is not None]
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
                            np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
-                           measured=np.fromiter((not r.warmup for r in sent), bool, n))
+                           measured=np.fromiter((not r.warmup for r in sent), bool, n), open_loop=open_loop)
 
 
 def _lateness(samples_ns: list[int]) -> dict:

@@ -138,6 +138,13 @@ def rank(q: float, n: int) -> int:
     return min(n, max(1, -(-n * round(q * _Q_SCALE) // _Q_SCALE)))
 
 
+def ranks(q: float, n: np.ndarray) -> np.ndarray:
+    """rank() for an array of sample counts (0 where n is 0)."""
+    n = np.asarray(n, dtype=np.int64)
+    k = round(q * _Q_SCALE)
+    return np.minimum(n, np.maximum(1, (n * k + _Q_SCALE - 1) // _Q_SCALE)) * (n > 0)
+
+
 def quantile_expr(column: str, q: float) -> pl.Expr:
     """The same nearest-rank quantile as a Polars aggregation (nulls and NaNs left out)."""
     v = _c(column).drop_nulls().drop_nans().sort()
