@@ -38,11 +38,13 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from loadgen.metrics import request_gaps as gaps
+from loadgen.metrics import Gaps, gap_arrays
+from loadgen.metrics import request_gaps as gaps  # noqa: F401  (the frame form, for callers)
 
 
 BASELINE_Q = 0.1
 ATTRIBUTION_REACH = 1.25
+JOIN_BATCH_GAPS = 500_000
 MAX_IN_GAP = 4  # causes per gap named from the first tokens inside it (those nearest its end)
 
 
@@ -65,23 +67,41 @@ class StallRule:
         return cls(abs_ns=max(cls.abs_ns, 2 * late_ns), client_lateness_ns=late_ns)
 
 
-def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> pl.DataFrame:
-    """d: one row per request with request_id, first_token_ns and prefill_ms (null = unknown).
+def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: Gaps | None = None) -> pl.DataFrame:
+    """d: one row per request with request_id, first_token_ns and prefill_ms (null = unknown); g: the gaps
+    of d's requests (metrics.gap_arrays) when the caller has them already.
     Returns request_id, stall_ms, stall_causes (list of request ids) for requests with stalls."""
     empty = pl.DataFrame(schema={"request_id": pl.String, "stall_ms": pl.Float64,
                                  "stall_causes": pl.List(pl.String)})
     if d.height == 0 or tokens.height == 0:
         return empty
-    g = (gaps(tokens.filter(pl.col("request_id").is_in(d["request_id"].implode()))).lazy()
-         .with_columns(baseline_ns=(pl.col("gap_ns") / pl.col("k"))
-                       .quantile(BASELINE_Q, interpolation="lower").over("rid"),
-                       next_ns=pl.col("gap_ns").shift(-1).over("rid"),
-                       next_k=pl.col("k").shift(-1).over("rid"))
-         .with_columns(excess_ns=pl.col("gap_ns") - pl.col("k") * pl.col("baseline_ns")
-                       - (pl.col("next_k") * pl.col("baseline_ns") - pl.col("next_ns"))
-                       .clip(lower_bound=0).fill_null(0)))
-    elevated = g.filter(pl.col("excess_ns") > pl.col("baseline_ns") * rule.rel + rule.abs_ns).collect()
-    if elevated.height == 0:
+    g = gap_arrays(tokens, d["request_id"]) if g is None else g
+    if g.owner.size == 0:
+        return empty
+    # numpy over the gaps (each request's contiguous, in time order): a few arrays of the gap count, where
+    # window expressions over 10 M rows materialize several copies
+    rid, k = g.owner, g.k
+    gap_ns = g.gap_ns.astype(np.float64)
+    per_rid = (pl.DataFrame({"rid": rid, "itl_ns": gap_ns / k}).group_by("rid")
+               .agg(b=pl.col("itl_ns").quantile(BASELINE_Q, interpolation="lower")))
+    baseline = np.zeros(g.names.len())
+    baseline[per_rid["rid"].to_numpy()] = per_rid["b"].to_numpy()
+    del per_rid
+    baseline = baseline[rid]
+    # excess = gap - k * baseline - the next gap's shortfall (the client read this gap's end late), in place
+    excess = np.multiply(k, baseline)
+    np.subtract(gap_ns, excess, out=excess)
+    catch_up = np.multiply(k[1:], baseline[:-1])
+    catch_up -= gap_ns[1:]
+    np.clip(catch_up, 0, None, out=catch_up)
+    catch_up[rid[1:] != rid[:-1]] = 0
+    excess[:-1] -= catch_up
+    del catch_up, gap_ns
+    baseline *= rule.rel
+    baseline += rule.abs_ns
+    sel = np.flatnonzero(excess > baseline)
+    del baseline
+    if sel.size == 0:
         return empty
     eps = rule.eps_ns
     span = pl.col("attr_span_ms") if "attr_span_ms" in d.columns else pl.col("prefill_ms")
@@ -92,27 +112,43 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule) -> 
     iv = d.join(ids, on="request_id").select(
         "key", q_end="first_token_ns", q_start=(pl.col("first_token_ns") - span_ns).round().cast(pl.Int64),
     ).sort("q_end")
-    el = elevated.join(ids, on="request_id").select(
-        "key", "excess_ns", lo=pl.col("prev_ns") + eps, hi=pl.col("t_ns") - eps)
-    gap, cause = _candidate_causes(iv["q_end"].to_numpy(), iv["q_start"].to_numpy(), el["lo"].to_numpy(),
-                                   el["hi"].to_numpy())
-    victim = el["key"].to_numpy()
-    cause = iv["key"].to_numpy()[cause]
-    keep = cause != victim[gap]
-    gap, cause = gap[keep], cause[keep]
-    if gap.size == 0:
+    key_of = (pl.DataFrame({"request_id": g.names}).with_row_index("rid").join(ids, on="request_id", how="left")
+              .sort("rid")["key"].fill_null(-1).to_numpy())
+    el_key, el_excess = key_of[rid[sel]], excess[sel]
+    el_lo, el_hi = g.prev_ns[sel] + eps, g.t_ns[sel] - eps
+    del excess
+    q_end, q_start, q_key = iv["q_end"].to_numpy(), iv["q_start"].to_numpy(), iv["key"].to_numpy()
+    stalled = np.zeros(sel.size, bool)
+    pairs = []
+    # in batches of elevated gaps cut where the victim changes (each victim's pairs deduplicate within
+    # its batch): the candidate arrays of a 10 M-chunk run would otherwise take GBs at once
+    changes = np.flatnonzero(np.diff(el_key)) + 1
+    at = np.unique(np.searchsorted(changes, np.arange(JOIN_BATCH_GAPS, sel.size, JOIN_BATCH_GAPS)))
+    cuts = [0, *changes[at[at < changes.size]], sel.size]
+    for lo_i, hi_i in zip(cuts[:-1], cuts[1:]):
+        gap, cause = _candidate_causes(q_end, q_start, el_lo[lo_i:hi_i], el_hi[lo_i:hi_i])
+        victim = el_key[lo_i:hi_i][gap]
+        cause = q_key[cause]
+        keep = cause != victim
+        stalled[lo_i + gap[keep]] = True
+        pairs.append(_sorted_unique(victim[keep] * ids.height + cause[keep]))
+    if not stalled.any():
         return empty
-    stalled = np.zeros(victim.size, bool)
-    stalled[gap] = True
-    per_request = (pl.DataFrame({"key": victim[stalled], "excess_ns": el["excess_ns"].to_numpy()[stalled]})
-                   .group_by("key").agg(stall_ms=pl.col("excess_ns").sum() / 1e6))
-    # distinct (victim, cause) pairs, in key order = request id order (ids is sorted)
-    pair = _sorted_unique(victim[gap] * ids.height + cause)
-    pairs = pl.DataFrame({"key": pair // ids.height, "cause": pair % ids.height})
-    causes = (pairs.with_columns(cause_id=ids["request_id"].gather(pairs["cause"]))  # ids' key = its row
-              .group_by("key", maintain_order=True).agg(stall_causes="cause_id"))
-    return (per_request.join(causes, on="key").join(ids, on="key")
-            .select("request_id", "stall_ms", "stall_causes"))
+    pair = np.concatenate(pairs)
+    del pairs
+    # distinct (victim, cause) pairs sorted by victim key: key order = request id order (ids is sorted), so
+    # each list comes out sorted; every stalled victim has pairs, so both frames below hold the same keys
+    n = ids.height
+    causes = pl.DataFrame({"key": (pair // n).astype(np.int32), "cause": (pair % n).astype(np.int32)})
+    del pair
+    # lists of integer keys first, then names: the flat string column of every pair would cost twice
+    causes = causes.group_by("key", maintain_order=True).agg(pl.col("cause")).with_columns(
+        stall_causes=pl.col("cause").list.eval(pl.element().replace_strict(
+            pl.Series(range(n), dtype=pl.Int32), ids["request_id"], return_dtype=pl.String)))
+    per_request = (pl.DataFrame({"key": el_key[stalled], "excess_ns": el_excess[stalled]})
+                   .group_by("key").agg(stall_ms=pl.col("excess_ns").sum() / 1e6).sort("key"))
+    return pl.DataFrame([ids["request_id"].gather(per_request["key"]), per_request["stall_ms"],
+                         causes["stall_causes"]])
 
 
 def _candidate_causes(q_end: np.ndarray, q_start: np.ndarray, lo: np.ndarray, hi: np.ndarray):
@@ -131,7 +167,7 @@ def _candidate_causes(q_end: np.ndarray, q_start: np.ndarray, lo: np.ndarray, hi
 
 
 def _sorted_unique(x: np.ndarray) -> np.ndarray:
-    x = np.sort(x)
+    x = np.sort(x, kind="stable")  # timsort: pairs come nearly in order (by victim, then time), runs are cheap
     return x[np.concatenate(([True], x[1:] != x[:-1]))] if x.size else x
 
 
