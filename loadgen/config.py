@@ -168,6 +168,7 @@ class RunConfig:
     calibrate: bool = True          # probe the idle server before the run (calibrate.py)
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
+    workers: int = 1                # generator processes (workers.py); 0 = auto, picked by rate
     # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
@@ -257,10 +258,17 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
              out: str | None = None, sim_args: tuple[str, ...] | str = (), calibrate: bool | None = None,
-             scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None) -> RunConfig:
+             scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None,
+             workers: str | None = None) -> RunConfig:
     sources = sources or {}
     problems: list[str] = []
     run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns)
+    if workers is not None:
+        n = 0 if str(workers) == "auto" else (int(workers) if str(workers).isdigit() else -1)
+        if n < 0 or n > 1024 or (n == 0 and str(workers) != "auto"):
+            problems.append(f"--workers: expected a number of processes (1-1024) or auto, got {workers!r}")
+        else:
+            run_options["workers"] = n
 
     def where(key: str) -> str:
         return sources.get(key) or f"{source}: {key}"

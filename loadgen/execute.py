@@ -87,6 +87,9 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend,
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
+    if config.workers != 1:
+        from loadgen.workers import run_workers  # several processes (--workers)
+        return run_workers(config, progress)
     schedule = build(config)
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = RunWriter(config.out or default_out(config))
@@ -112,7 +115,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> Run
 
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
                builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
-               workload_info: dict | None = None) -> RunOutcome:
+               workload_info: dict | None = None, part=None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -129,13 +132,17 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     transport = make_transport(url, headers)
     await transport.__aenter__()
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
-    run_id = secrets.token_hex(4)
+    run_id = part.run_id if part else secrets.token_hex(4)
     mono_now, wall_now = time.monotonic_ns(), time.time_ns()
-    t0 = mono_now + START_LEAD_NS
+    # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
+    t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
+    wall_now += t0 - mono_now - START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
     shape_rows(rows, schedule)
+    if part:  # its share of the plan only
+        rows, bodies, shaper = part.select(rows, bodies, shaper)
     manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
@@ -154,7 +161,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
-    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9)
+    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9, worker=part.worker if part else None)
     lateness_ns: list[int] = []
     # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
     # collector's sight, so a full collection during the run scans only what the run allocates

@@ -75,6 +75,8 @@ OPTIONS = (
            "split TTFT into queue and prefill", field="calibrate", switch=True, commands=(RUN,)),
     Option("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics",
            switch=True, commands=(RUN,)),
+    Option("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
+           "see docs/scale-out.md", field="workers", metavar="N|auto", commands=(RUN,)),
     Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
            commands=(RUN,)),
 )

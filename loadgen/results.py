@@ -5,6 +5,8 @@
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
     calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
+    requests.<w>.parquet, tokens.<w>.parquet, manifest.<w>.json, <metric>.<w>.hlog
+                       worker w's share of a --workers run (workers.py), read as one run
     _parts/            flushed as the run goes; merged into the two files above at the end (a run
                        killed with SIGKILL leaves its parts, which read_run() still reads)
 
@@ -158,9 +160,13 @@ def read_run(path: str | Path) -> Run:
             requests = pl.read_parquet(p / "requests.parquet")
             tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
                       else pl.DataFrame(schema=TOKEN_SCHEMA))
-        elif (p / PARTS).is_dir():  # a run that was killed before it could finish its files
-            requests = _concat(sorted((p / PARTS).glob("requests-*.parquet")), REQUEST_SCHEMA)
-            tokens = _concat(sorted((p / PARTS).glob("tokens-*.parquet")), TOKEN_SCHEMA)
+        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
+            # the workers' files of a --workers run (workers.py), and the flushed parts of any process
+            # that was killed before it could finish its files
+            requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
+                               REQUEST_SCHEMA).sort("idx")
+            tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),
+                             TOKEN_SCHEMA)
         else:
             raise ResultsError(f"{p}: no requests.parquet")
     except (pl.exceptions.PolarsError, OSError) as e:
