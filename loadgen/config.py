@@ -169,6 +169,7 @@ class RunConfig:
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
     workers: int = 1                # generator processes (workers.py); 0 = auto, picked by rate
+    ray: str | None = None          # Ray cluster address or "auto" (ray_workers.py); None = local processes
     # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
@@ -259,7 +260,7 @@ def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
              out: str | None = None, sim_args: tuple[str, ...] | str = (), calibrate: bool | None = None,
              scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None,
-             workers: str | None = None) -> RunConfig:
+             workers: str | None = None, ray: str | None = None) -> RunConfig:
     sources = sources or {}
     problems: list[str] = []
     run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns)
@@ -269,6 +270,13 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
             problems.append(f"--workers: expected a number of processes (1-1024) or auto, got {workers!r}")
         else:
             run_options["workers"] = n
+    if ray is not None:
+        from loadgen.ray_workers import INSTALL_HINT, available
+
+        if not available():
+            problems.append(INSTALL_HINT)
+        run_options["ray"] = ray
+        run_options.setdefault("workers", 0)  # --ray without --workers: auto
 
     def where(key: str) -> str:
         return sources.get(key) or f"{source}: {key}"

@@ -87,6 +87,9 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend,
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr) -> RunOutcome:
+    if config.ray is not None:
+        from loadgen.ray_workers import run_ray  # Ray actors (--ray)
+        return run_ray(config, progress)
     if config.workers != 1:
         from loadgen.workers import run_workers  # several processes (--workers)
         return run_workers(config, progress)

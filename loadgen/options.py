@@ -77,6 +77,8 @@ OPTIONS = (
            switch=True, commands=(RUN,)),
     Option("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
            "see docs/scale-out.md", field="workers", metavar="N|auto", commands=(RUN,)),
+    Option("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "
+           "here); needs pip install 'loadgen[ray]'", field="ray", metavar="auto|ADDRESS", commands=(RUN,)),
     Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
            commands=(RUN,)),
 )

@@ -219,9 +219,11 @@ def _start_together(procs, conns) -> int | None:
 
 
 def _finish(config: RunConfig, schedule: Schedule, owner: np.ndarray, procs, run_id: str, t0: int | None,
-            path: Path) -> tuple[str, list[str]]:
-    """Fill in the rows of workers that died, judge every worker and the whole run, write manifest.json."""
-    reasons: list[str] = []
+            path: Path, extra: dict | None = None) -> tuple[str, list[str]]:
+    """Fill in the rows of workers that died, judge every worker and the whole run, write manifest.json.
+    extra: manifest sections and invalid reasons of the launcher (ray_workers.py: the clock skew)."""
+    extra = dict(extra or {})
+    reasons: list[str] = list(extra.pop("reasons", []))
     workers = []
     for w, p in enumerate(procs):
         part_manifest = _read_json(path / f"manifest.{w}.json")
@@ -263,6 +265,7 @@ def _finish(config: RunConfig, schedule: Schedule, owner: np.ndarray, procs, run
                               "offered_rate_per_s": schedule.offered_rate_per_s(),
                               "warmup_requests": int(schedule.warmup.sum())},
                     finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
+    manifest.update(extra)
     if "schema_version" not in manifest:
         from loadgen.results import SCHEMA_VERSION
         manifest.update(schema_version=SCHEMA_VERSION, config=config.to_manifest())

@@ -51,3 +51,20 @@ def test_a_bad_workers_flag_names_the_flag(tmp_path, value):
     with pytest.raises(config.ConfigError) as e:
         config.load(workload(tmp_path), {"--workers": value})
     assert any(p.startswith("--workers:") for p in e.value.problems)
+
+
+def test_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
+    from loadgen import ray_workers
+
+    monkeypatch.setattr(ray_workers, "available", lambda: False)
+    with pytest.raises(config.ConfigError) as e:
+        config.load(workload(tmp_path), {"--ray": "auto"})
+    assert "pip install 'loadgen[ray]'" in " ".join(e.value.problems)
+
+
+def test_ray_defaults_to_auto_workers(tmp_path, monkeypatch):
+    from loadgen import ray_workers
+
+    monkeypatch.setattr(ray_workers, "available", lambda: True)
+    c = config.load(workload(tmp_path), {"--ray": "10.0.0.1:6379"})
+    assert c.ray == "10.0.0.1:6379" and c.workers == 0
