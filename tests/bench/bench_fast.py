@@ -207,7 +207,9 @@ def main() -> int:
         analysis = analysis_bench.run(rows)
         print(f"\nanalysis: loadgen report of {analysis['chunk_rows']:,} chunk rows "
               f"({analysis['requests']:,} requests): "
-              f"{analysis['seconds']:.1f} s, peak RSS {analysis['peak_rss_mib']:.0f} MiB", flush=True)
+              f"{analysis['seconds']:.1f} s (CPU {analysis['cpu_s']:.1f} s, load average "
+              f"{analysis['load_average']:.1f}), peak RSS {analysis['peak_rss_mib']:.0f} MiB (target <= 10 s, "
+              f"<= 2048 MiB)", flush=True)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "cases": results, "analysis": analysis,
            "cpu_ratio_vs_bare": {f"{k} {r:g}": v for (k, r), v in ratios.items()},
