@@ -76,8 +76,12 @@ class Part:
     conn: object = None
 
     def wait_for_t0(self) -> int:
-        self.conn.send(("ready", self.worker))
-        return int(self.conn.recv())
+        try:
+            self.conn.send(("ready", self.worker))
+            return int(self.conn.recv())
+        except (EOFError, OSError):  # the driver gave up (another worker died setting up): nothing to clean
+            print(f"worker {self.worker}: the run was called off before t0", file=sys.stderr, flush=True)
+            os._exit(1)
 
     def select(self, rows, bodies, shaper):
         mine = [rows[i] for i in self.indices]
@@ -178,6 +182,10 @@ def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr):
         t0 = _start_together(procs, conns)
         if t0 is not None:
             _say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
+        else:  # a worker died setting up: the others, waiting for t0, get end-of-file and exit
+            _say(progress, "a worker died during set-up; stopping the others")
+            for c in conns:
+                c.close()
         for p in procs:
             p.join()
     except KeyboardInterrupt:
@@ -255,7 +263,7 @@ def _finish(config: RunConfig, schedule: Schedule, owner: np.ndarray, procs, run
                      cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
     first = _read_json(path / "manifest.0.json")
     statuses = {e["status"] for e in workers}
-    status = ("interrupted" if "interrupted" in statuses or t0 is None else "invalid" if reasons else "complete")
+    status = "interrupted" if "interrupted" in statuses and t0 is not None else "invalid" if reasons else "complete"
     manifest = {k: first[k] for k in ("schema_version", "tool", "version", "config", "seed", "target", "host",
                                       "workload", "calibration") if k in first}
     manifest.update(run_id=run_id, status=status, invalid_reasons=reasons if status != "interrupted" else [],
