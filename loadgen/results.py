@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,18 +134,29 @@ class RunWriter:
     def manifest(self, manifest: dict) -> None:
         write_json(self.path / "manifest.json", manifest)
 
-    def flush(self, rows: list[Row], t0_ns: int) -> None:
-        """Write rows finished since the last flush as a part (may run in a worker thread)."""
+    def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+        """Write rows finished since the last flush as a part (may run in a worker thread). Their chunk
+        stamps then live in the part only (released from the rows: a long run's memory stays flat);
+        finalize() reads them back."""
         if not rows:
             return
         self._part += 1
-        write_parquet(self.path / PARTS / f"requests-{self._part:05d}.parquet", requests_frame(rows, t0_ns))
-        write_parquet(self.path / PARTS / f"tokens-{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        write_parquet(self.path / PARTS / f"requests-{name}{self._part:05d}.parquet", requests_frame(rows, t0_ns))
+        write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        for r in rows:
+            r.chunk_t_ns, r.chunk_tokens = array("q"), array("l")
 
-    def finalize(self, rows: list[Row], t0_ns: int) -> None:
-        write_parquet(self.path / "requests.parquet", requests_frame(rows, t0_ns).sort("idx"))
-        write_parquet(self.path / "tokens.parquet", tokens_frame(rows, t0_ns))
-        shutil.rmtree(self.path / PARTS, ignore_errors=True)
+    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+        suffix = f".{name[:-1]}" if name else ""  # "3-" -> requests.3.parquet (a worker's share)
+        write_parquet(self.path / f"requests{suffix}.parquet", requests_frame(rows, t0_ns).sort("idx"))
+        parts = sorted((self.path / PARTS).glob(f"tokens-{name}[0-9]*.parquet"))
+        tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
+        write_parquet(self.path / f"tokens{suffix}.parquet", tokens)
+        if name:
+            for f in (self.path / PARTS).glob(f"*-{name}[0-9]*.parquet"):
+                f.unlink()
+        else:
+            shutil.rmtree(self.path / PARTS, ignore_errors=True)
 
 
 def read_run(path: str | Path) -> Run:

@@ -113,23 +113,11 @@ class PartWriter(RunWriter):
         write_json(self.path / f"manifest.{self.worker}.json", {**manifest, "worker": self.worker,
                                                                 "pid": os.getpid()})
 
-    def flush(self, rows, t0_ns: int) -> None:
-        if not rows:
-            return
-        from loadgen.results import requests_frame, tokens_frame
+    def flush(self, rows, t0_ns: int, name: str = "") -> None:
+        super().flush(rows, t0_ns, f"{self.worker}-")
 
-        self._part += 1
-        name = f"{self.worker}-{self._part:05d}.parquet"
-        write_parquet(self.path / PARTS / f"requests-{name}", requests_frame(rows, t0_ns))
-        write_parquet(self.path / PARTS / f"tokens-{name}", tokens_frame(rows, t0_ns))
-
-    def finalize(self, rows, t0_ns: int) -> None:
-        from loadgen.results import requests_frame, tokens_frame
-
-        write_parquet(self.path / f"requests.{self.worker}.parquet", requests_frame(rows, t0_ns).sort("idx"))
-        write_parquet(self.path / f"tokens.{self.worker}.parquet", tokens_frame(rows, t0_ns))
-        for f in (self.path / PARTS).glob(f"*-{self.worker}-*.parquet"):
-            f.unlink()
+    def finalize(self, rows, t0_ns: int, name: str = "") -> None:
+        super().finalize(rows, t0_ns, f"{self.worker}-")
 
 
 def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool) -> None:
