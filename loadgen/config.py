@@ -174,6 +174,8 @@ class RunConfig:
     calibrate: bool = True          # probe the idle server before the run (calibrate.py)
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
+    workers: int = 1                # generator processes (workers.py); 0 = auto, picked by rate
+    ray: str | None = None          # Ray cluster address or "auto" (ray_workers.py); None = local processes
     # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
@@ -286,10 +288,10 @@ def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
              out: str | None = None, sim_args: tuple[str, ...] | str = (), calibrate: bool | None = None,
              scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None,
-             slo: str | None = None) -> RunConfig:
+             slo: str | None = None, workers: str | None = None, ray: str | None = None) -> RunConfig:
     sources = sources or {}
     problems: list[str] = []
-    run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns, slo)
+    run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns, slo, workers, ray)
 
     def where(key: str) -> str:
         return sources.get(key) or f"{source}: {key}"
@@ -524,7 +526,8 @@ def with_overrides(config: RunConfig, **changes: Any) -> RunConfig:
 
 
 def _run_options(problems: list[str], sim_args: tuple[str, ...] | str, no_calibrate: bool | None,
-                 scrape_metrics: bool | None, scrape_interval: str | None, slo: str | None) -> dict[str, Any]:
+                 scrape_metrics: bool | None, scrape_interval: str | None, slo: str | None,
+                 workers: str | None, ray: str | None) -> dict[str, Any]:
     # The run options of options.py that no workload file holds (--url and --out are checked below).
     out: dict[str, Any] = {"calibrate": not no_calibrate, "scrape_metrics": bool(scrape_metrics)}
     if isinstance(sim_args, str):
@@ -549,6 +552,19 @@ def _run_options(problems: list[str], sim_args: tuple[str, ...] | str, no_calibr
             out["slo"] = tuple(parse_slo(slo).items())
         except ValueError as e:
             problems.append(f"--slo: {e}")
+    if workers is not None:
+        n = 0 if str(workers) == "auto" else (int(workers) if str(workers).isdigit() else -1)
+        if n < 0 or n > 1024 or (n == 0 and str(workers) != "auto"):
+            problems.append(f"--workers: expected a number of processes (1-1024) or auto, got {workers!r}")
+        else:
+            out["workers"] = n
+    if ray is not None:
+        from loadgen.ray_workers import INSTALL_HINT, available
+
+        if not available():
+            problems.append(INSTALL_HINT)
+        out["ray"] = ray
+        out.setdefault("workers", 0)  # --ray without --workers: auto
     return out
 
 

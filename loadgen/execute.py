@@ -104,6 +104,12 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
                  client: ClientOptions | None = None) -> RunOutcome:
+    if config.ray is not None:
+        from loadgen.ray_workers import run_ray  # Ray actors (--ray)
+        return run_ray(config, progress)
+    if config.workers != 1:
+        from loadgen.workers import run_workers  # several processes (--workers)
+        return run_workers(config, progress)
     client = client or ClientOptions()
     url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
     check_config(config)
@@ -146,7 +152,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
                builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
                workload_info: dict | None = None,
-               client_headers: tuple[ClientOptions, dict] | None = None) -> RunOutcome:
+               client_headers: tuple[ClientOptions, dict] | None = None, part=None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -166,13 +172,17 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     await transport.__aenter__()
     _say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
-    run_id = secrets.token_hex(4)
+    run_id = part.run_id if part else secrets.token_hex(4)
     mono_now, wall_now = clock.now_ns(), time.time_ns()
-    t0 = mono_now + START_LEAD_NS
+    # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
+    t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
+    wall_now += t0 - mono_now - START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
     shape_rows(rows, schedule)
+    if part:  # its share of the plan only
+        rows, bodies, shaper = part.select(rows, bodies, shaper)
     manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
@@ -194,7 +204,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
-    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9)
+    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9, worker=part.worker if part else None)
     lateness_ns: list[int] = []
     # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
     # collector's sight, so a full collection during the run scans only what the run allocates

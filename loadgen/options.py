@@ -85,6 +85,10 @@ OPTIONS = (
            "split TTFT into queue and prefill", field="calibrate", switch=True, commands=RUNS),
     Option("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics",
            switch=True, commands=RUNS),
+    Option("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
+           "see docs/scale-out.md", field="workers", metavar="N|auto", commands=(RUN,)),
+    Option("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "
+           "here); needs pip install 'loadgen[ray]'", field="ray", metavar="auto|ADDRESS", commands=(RUN,)),
     Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
            commands=RUNS),
     Option("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: attainment "

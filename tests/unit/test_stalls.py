@@ -100,3 +100,37 @@ def test_jitter_within_the_measured_lateness_is_not_a_stall():
     quiet = attribute_stalls(run.tokens, d, StallRule.for_run({}))
     busy = attribute_stalls(run.tokens, d, StallRule.for_run({"generator": {"loop_lateness_ms": {"p99": 8.0}}}))
     assert quiet["request_id"].to_list() == ["v"] and busy.height == 0
+
+
+def test_causes_per_gap_are_bounded_to_the_first_tokens_nearest_its_end():
+    # six first tokens inside the long gap (50 -> 100): the MAX_IN_GAP nearest its end are named, and the
+    # stall time is the gap's excess however many there are
+    from loadgen.analysis.stalls import MAX_IN_GAP
+
+    others = [(f"q{i}", 60.0 + 6 * i, None) for i in range(6)]
+    got = stalls_of(V, others)
+    assert MAX_IN_GAP == 4
+    assert got == {"v": (pytest.approx(40.0), ["q2", "q3", "q4", "q5"])}
+
+
+def test_candidate_causes_match_the_overlap_rule_by_brute_force():
+    # every gap's causes: the (at most MAX_IN_GAP, latest) intervals ending inside (lo, hi), plus the
+    # earliest-ending interval that ends at or after hi having started before hi
+    import numpy as np
+
+    from loadgen.analysis.stalls import MAX_IN_GAP, _candidate_causes
+
+    rng = np.random.default_rng(7)
+    q_end = np.sort(rng.integers(0, 10_000, 400))
+    q_start = q_end - rng.integers(0, 300, 400)
+    lo = rng.integers(-100, 10_000, 300)
+    hi = lo + rng.integers(-20, 200, 300)
+    gap, cause = _candidate_causes(q_end, q_start, lo, hi)
+    got = {(int(g), int(c)) for g, c in zip(gap, cause)}
+    want = set()
+    for g in range(lo.size):
+        inside = [j for j in range(q_end.size) if lo[g] < q_end[j] < hi[g]]
+        want |= {(g, j) for j in inside[-MAX_IN_GAP:]}
+        spanning = [j for j in range(q_end.size) if q_end[j] >= hi[g] and q_start[j] < hi[g] and q_end[j] > lo[g]]
+        want |= {(g, j) for j in spanning[:1]}
+    assert got == want and len(gap) == len(got)
