@@ -12,7 +12,6 @@ decodes, so every running stream sees one long gap ending about when the newcome
   or its tokens arrive bunched in one read (they were emitted on time). So the gap's excess is
   `excess = gap - k * baseline - max(0, k_next * baseline - next gap)`, and a gap is elevated when
   excess > baseline * rel + abs_ns;
-  (abs_ns rises to twice the run's measured event-loop lateness p99 when that is larger: StallRule.for_run);
 - an elevated gap is a stall caused by request q (q != r) when q's prefill interval
   [first_token_q - max(span_q, 2*eps), first_token_q] overlaps (prev + eps, t - eps), i.e. q's first
   token lands inside the gap or q was prefilling during it. span_q is q's prefill, or, where that is
@@ -58,13 +57,11 @@ class StallRule:
 
     @classmethod
     def for_run(cls, manifest: dict) -> "StallRule":
-        # The client's own measured lateness L (the run's event-loop probe, p99) bounds read jitter: a gap
-        # read L late at its end and on time at its start looks L longer, and the baseline of a jittery
-        # stream sits up to L below the true step, so an excess up to 2 L is indistinguishable from the
-        # client reading late. On a busy host the absolute floor rises to that.
+        # The client's own measured lateness L (the run's event-loop probe, p99): the last stamp of a stream
+        # may be up to L late, so up to L of its decode time beyond the ideal can be the client's, not a
+        # stall (decompose.py caps decode_stalls accordingly; ~0 on a quiet host).
         late_ms = ((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0
-        late_ns = round(late_ms * 1e6)
-        return cls(abs_ns=max(cls.abs_ns, 2 * late_ns), client_lateness_ns=late_ns)
+        return cls(client_lateness_ns=round(late_ms * 1e6))
 
 
 def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: Gaps | None = None) -> pl.DataFrame:
