@@ -109,7 +109,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
         return run_ray(config, progress)
     if config.workers != 1:
         from loadgen.workers import run_workers  # several processes (--workers)
-        return run_workers(config, progress)
+        return run_workers(config, progress, client)
     client = client or ClientOptions()
     url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
     check_config(config)

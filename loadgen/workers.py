@@ -37,6 +37,7 @@ import orjson
 import polars as pl
 
 from loadgen import selfcheck
+from loadgen.client_options import ClientOptions, target_url_and_headers
 from loadgen.config import RunConfig
 from loadgen.recorder import DROPPED
 from loadgen.results import PARTS, REQUEST_SCHEMA, TOKEN_SCHEMA, RunWriter, write_json, write_parquet
@@ -120,7 +121,7 @@ class PartWriter(RunWriter):
         super().finalize(rows, t0_ns, f"{self.worker}-")
 
 
-def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool) -> None:
+def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool, client: ClientOptions) -> None:
     import asyncio
 
     import uvloop
@@ -131,26 +132,29 @@ def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool) -> 
     schedule = build(config)
     backend = make_backend(config.backend, config.api, config.model, config.extra_body)
     writer = PartWriter(config.out, part.worker)
-    bodies, shaper, info = request_bodies(config, schedule, backend, url)
+    headers = target_url_and_headers(config, client)[1]  # --header, API key, URL credentials
+    bodies, shaper, info = request_bodies(config, schedule, backend, url, None, headers)
     outcome = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-        _run(config, schedule, backend, bodies, writer, url, builtin_sim, None, shaper, info, part=part))
+        _run(config, schedule, backend, bodies, writer, url, builtin_sim, None, shaper, info, (client, headers),
+             part=part))
     sys.exit({"complete": 0, "invalid": 3}.get(outcome.status, 130))
 
 
-def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr):
+def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client: ClientOptions | None = None):
     from loadgen.execute import RunOutcome, _say, default_out, run_workload
     from loadgen.sim.process import SimProcess
 
     schedule = build(config)
     n = count_for(config, schedule)
     config = dataclasses.replace(config, workers=n, out=str(config.out or default_out(config)))
+    client = client or ClientOptions()
     if n == 1:
-        return run_workload(config, progress)
+        return run_workload(config, progress, client)
     owner = assign(schedule, n)
     writer = RunWriter(config.out)
     writer.prepare()
     run_id = secrets.token_hex(4)
-    sim, url = None, config.url
+    sim, url = None, target_url_and_headers(config, client)[0]  # the URL without credentials
     if url is None:
         sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
         url = sim.start()
@@ -162,7 +166,8 @@ def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr):
             parent, child = ctx.Pipe()
             part = Part(w, np.flatnonzero(owner == w), run_id, child)
             cfg = config if w == 0 else dataclasses.replace(config, calibrate=False)
-            p = ctx.Process(target=_worker_main, args=(cfg, part, url, sim is not None), name=f"loadgen-worker-{w}")
+            p = ctx.Process(target=_worker_main, args=(cfg, part, url, sim is not None, client),
+                            name=f"loadgen-worker-{w}")
             p.start()
             procs.append(p)
             conns.append(parent)
