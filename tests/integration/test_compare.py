@@ -23,7 +23,10 @@ def long_prompt_workload(tmp_path) -> str:
         [run]
         requests = 40
         drain_timeout = "30s"
-        max_send_lag_p99 = "200ms"
+        # the subject is the comparison of two servers, not whether a busy host kept the schedule
+        max_send_lag_p99 = "10s"
+        max_rate_deviation = 10
+        max_cv_deviation = 100
         [prompt]
         tokens = 6000
         tokenizer = "approximate"
