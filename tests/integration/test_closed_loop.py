@@ -1,5 +1,5 @@
 """Closed loop (--concurrency N, --rate inf) and the open-loop --max-concurrency cap, end to end against
-the built-in simulator (issue 10)."""
+the built-in simulator."""
 import orjson
 import polars as pl
 import pytest

@@ -1,4 +1,4 @@
-"""`loadgen compare` end to end on simulator runs (issue 10): the token-budget trade-off between TTFT
+"""`loadgen compare` end to end on simulator runs: the token-budget trade-off between TTFT
 and ITL with non-overlapping confidence intervals, --fail-if exit codes, a rerun that is
 indistinguishable from its run, the same-work check, and sweeps compared point by point."""
 import textwrap

@@ -1,4 +1,4 @@
-"""Fault suite (issue 15): a fault-injecting TCP proxy between loadgen and the simulator. Whatever the
+"""Fault suite: a fault-injecting TCP proxy between loadgen and the simulator. Whatever the
 network does, every scheduled request gets exactly one row with a typed outcome and error_kind, the
 tokens received before a fault are kept, and the schedule is kept (every request dispatched, the
 generator's own checks pass: a stalled server does not delay the sends)."""

@@ -1,4 +1,4 @@
-"""Long contexts (issue 15): 128k-token prompts and 32k-token outputs do not inflate the client's TTFT
+"""Long contexts: 128k-token prompts and 32k-token outputs do not inflate the client's TTFT
 or ITL. Each chunk's read stamp is compared with the simulator's send time of that token (truth file,
 same monotonic clock): the lag stays small and does not grow along a 32k-token stream (a client whose
 read path fell behind, e.g. small read buffers, would show a lag growing with the stream)."""

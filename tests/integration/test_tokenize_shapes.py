@@ -1,5 +1,5 @@
 """Tokenize shapes, server detection and the prompt-length verdict against the simulator emulating vLLM
-(default) and llama.cpp (`--emulate llamacpp`), and against servers that never answer (issue 12)."""
+(default) and llama.cpp (`--emulate llamacpp`), and against servers that never answer."""
 from __future__ import annotations
 
 import io

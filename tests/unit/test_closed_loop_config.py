@@ -1,4 +1,4 @@
-"""Workload keys and flags of the closed loop (issue 10): run.concurrency, run.think_time, rate = "inf",
+"""Workload keys and flags of the closed loop: run.concurrency, run.think_time, rate = "inf",
 and the plans they make (loadgen/config.py, loadgen/schedule.py)."""
 import math
 import textwrap

@@ -61,7 +61,7 @@ def test_metrics_facts_take_the_peaks():
 
 
 def test_the_overload_remedy_names_a_command_that_exists():
-    # issue 10: the remedy used to recommend `loadgen sweep`, which did not exist. The command it names
+    # the remedy used to recommend `loadgen sweep`, which did not exist. The command it names
     # now must parse with loadgen's own parser (a sweep from 1/s to the knee).
     import shlex
 

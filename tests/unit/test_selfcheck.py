@@ -67,7 +67,7 @@ def test_too_few_requests_say_nothing_about_rate_or_shape():
 
 
 def test_a_binding_concurrency_cap_does_not_make_the_run_invalid():
-    # issue 10: 100/s offered through a cap that carries ~50/s. Each request leaves when a slot frees,
+    # 100/s offered through a cap that carries ~50/s. Each request leaves when a slot frees,
     # so dispatch gaps are 20 ms apart (rate halved, CV ~0) and the waits grow; on the old code the rate
     # and shape rules fired ("add workers"). The waits are the user's cap, recorded as slot_wait.
     plan = poisson_plan(n=500, rate=100)
