@@ -61,4 +61,6 @@ def test_two_ray_actors_on_a_loopback_only_cluster(tmp_path):
     j = req.join(truth, on="request_id")
     assert j.height == 40
     late_ms = (j["arrival_ns"] - t0 - j["intended_ns"]) / 1e6
-    assert late_ms.min() >= 0 and late_ms.median() < 50, late_ms.describe()
+    # an actor starts from a wall-clock instant: its start is known only within its measured round trip
+    rtt_ms = max(x["rtt_ms"] for x in ray["nodes"])
+    assert late_ms.min() >= -rtt_ms and late_ms.median() < 50, (late_ms.describe(), rtt_ms)
