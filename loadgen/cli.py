@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--format", choices=("csv", "jsonl"), default="csv")
     exp.add_argument("--out", help="write to this file instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
+    from loadgen.twin_cli import add_parsers
+
+    add_parsers(sub)  # fit, predict
     return parser
 
 
@@ -126,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "schedule":
             return _schedule(args)
+        if args.command in ("fit", "predict"):
+            from loadgen.twin_cli import fit_command, predict_command
+
+            return (fit_command if args.command == "fit" else predict_command)(args)
         if args.command == "export":
             from loadgen.export import export
 

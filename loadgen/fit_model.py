@@ -7,16 +7,22 @@ the smaller residuals is kept:
   roofline  (a GPU: decode reads the weights, prefill is compute-bound; multi_token = 0)
             decode step  = overhead + weights + per_seq * B + kv * kv_tokens_read
             prefill step = overhead + per_seq + prefill_tok * tokens + attn * attention_pairs
-  compute   (a CPU engine such as llama.cpp: every step is compute; weights = kv = 0)
-            step = overhead + multi_token [tokens > 1] + prefill_tok * tokens + attn * pairs + per_seq * B
+  compute   (a CPU engine such as llama.cpp: no weight-read floor, weights = 0; a one-token step is
+            several times cheaper than any larger one)
+            step = overhead + multi_token [tokens > 1] + per_seq * B
+                   + max(kv * kv_tokens_read, prefill_tok * tokens + attn * pairs)
+            (decode attention, a matrix-vector product, costs far more per pair than prefill's: the
+            kv term carries it)
 
 A probe's TTFT = request_overhead + the prefill's steps (a prompt longer than max_num_batched_tokens
 runs in ceil(P / chunk) steps; the attention pairs of all its chunks add up to P (P + 1) / 2).
 request_overhead is measured, not fitted, when the server reports its own prefill time (llama.cpp's
 `timings.prompt_ms`): the median of TTFT - prompt_ms; 0 otherwise. Least squares on relative errors
 (each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
-rest refitted). The residual of each sample is then computed with the profile's own step_ns, max()
-included, so the figures describe the profile written, not the linear fit.
+rest refitted). The model is linear on each branch of max(memory, compute): each sample's row is built
+on the branch the current fit makes active (first guess: decode reads memory, prefill computes), and
+the fit is repeated until no sample changes branch. The residual of each sample is then computed with
+the profile's own step_ns, max() included, so the figures describe the profile written.
 """
 from __future__ import annotations
 
@@ -112,23 +118,28 @@ def predicted_step_s(p: Profile, s: DecodeSample) -> float:
 _NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token")
 
 
-def _rows(form: str, prefill: list[PrefillSample], decode: list[DecodeSample], chunk: int, r: float):
+def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool) -> np.ndarray:
+    # the step's coefficient vector over _NAMES on the branch of max(memory, compute) that x makes
+    # active (x None: decode reads memory, prefill computes)
+    if x is None:
+        memory = decode
+    else:
+        memory = x[2] + x[3] * kv >= x[4] * tokens + x[5] * pairs
+    return np.array([1, seqs, 1 if memory else 0, kv if memory else 0, 0 if memory else tokens,
+                     0 if memory else pairs, 1 if tokens > 1 else 0], dtype=np.float64)
+
+
+def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], chunk: int, r: float):
     rows, y = [], []
     for s in prefill:
-        steps = len(chunks(s.prompt_tokens, chunk))
-        pairs = s.prompt_tokens * (s.prompt_tokens + 1) / 2
-        multi = steps if s.prompt_tokens > 1 else 0
-        # overhead, per_seq, weights, kv, per_token, per_pair, multi_token
-        rows.append([steps, steps, 0, 0, s.prompt_tokens, pairs, multi if form == "compute" else 0])
+        rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False)
+                        for n, c in chunks(s.prompt_tokens, chunk)))
         y.append(s.ttft_s - r)
     for s in decode:
-        b, kv = s.batch, s.batch * (decode_context(s) + 1)
-        if form == "roofline":
-            rows.append([1, b, 1, kv, 0, 0, 0])
-        else:
-            rows.append([1, b, 0, 0, b, kv, 1 if b > 1 else 0])
+        kv = s.batch * (decode_context(s) + 1)
+        rows.append(_step_row(x, s.batch, s.batch, kv, kv, True))
         y.append(s.step_s)
-    return np.array(rows, dtype=np.float64), np.array(y, dtype=np.float64)
+    return np.array(rows), np.array(y, dtype=np.float64)
 
 
 def _nnls(a: np.ndarray, y: np.ndarray, free: list[int]) -> np.ndarray:
@@ -158,16 +169,15 @@ class FitResult:
     alternatives: dict[str, float]  # form -> rms_rel
 
 
-def _columns(form: str, prefill, decode) -> list[int]:
-    # columns a form may use; those the probes cannot separate are left out (the coefficient is 0)
-    # (two batch sizes separate per_seq from overhead: in the compute form, one-token decode steps give
-    # overhead + per_seq + per_token, two-token ones add multi_token, prefill steps pay overhead +
-    # per_seq + multi_token once per step)
-    cols = {"overhead", "per_token", "per_pair"}
+def _columns(form: str, decode) -> list[int]:
+    # the columns a form may use (the others are 0); per_seq and multi_token need two batch sizes.
+    # (In the compute form one-token decode steps give overhead + per_seq + kv, two-token ones add
+    # per_seq + multi_token, prefill steps pay overhead + per_seq + multi_token once each.)
+    cols = {"overhead", "per_token", "per_pair", "kv_per_token"}
     if len({s.batch for s in decode}) > 1:
         cols |= {"per_seq", "multi_token"} if form == "compute" else {"per_seq"}
     if form == "roofline":
-        cols |= {"weights", "kv_per_token"}
+        cols.add("weights")
     return [_NAMES.index(c) for c in _NAMES if c in cols]
 
 
@@ -179,8 +189,15 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
         raise ValueError("the fit needs decode samples")
     results = {}
     for form in ("roofline", "compute"):
-        a, y = _rows(form, prefill, decode, lim.max_num_batched_tokens, request_overhead_s)
-        x = _nnls(a, y, _columns(form, prefill, decode))
+        cols = _columns(form, decode)
+        x, seen = None, []
+        for _ in range(8):  # refit until every sample sits on the branch of max() the fit makes active
+            a, y = _rows(x, prefill, decode, lim.max_num_batched_tokens, request_overhead_s)
+            branches = a[:, 2].tolist()
+            if branches in seen:
+                break
+            seen.append(branches)
+            x = _nnls(a, y, cols)
         c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))), request_overhead=request_overhead_s)
         prof = to_profile(c, lim, name, description)
         res = residuals(prof, prefill, decode)

@@ -5,7 +5,8 @@ what a client sees (HTTP, tokenization, sampling), not only the engine's kernels
   limits   GET /props (llama.cpp: total_slots, default_generation_settings.n_ctx = tokens per slot) and
            GET /v1/models (id; llama.cpp's meta: n_params, size in bytes)
   prefill  one stream at a time on an idle server, prompt of P token ids, 1 output token:
-           PrefillSample(P, ttft_s = first token - request written)
+           PrefillSample(P, ttft_s = first token - request sent, server_prefill_s = llama.cpp's
+           timings.prompt_ms when the stream carries it)
   decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
            DecodeSample(B, P, N, step_s = median token gap while all B stream decode)
 
@@ -36,6 +37,7 @@ class ProbeFailed(LoadgenError):
 class PrefillSample:
     prompt_tokens: int
     ttft_s: float
+    server_prefill_s: float | None = None  # the server's own prompt time, if it says (llama.cpp timings)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class _Stream:
     sent_ns: int = 0
     token_ns: list[int] | None = None
     completion_tokens: int | None = None
+    server_prompt_ms: float | None = None
+    first_ns: int | None = None  # the first chunk with a choice (a 1-token reply may be only its closing chunk)
 
 
 class Prober:
@@ -133,20 +137,27 @@ class Prober:
                         p = orjson.loads(ev.data)
                         if (p.get("usage") or {}).get("completion_tokens") is not None:
                             out.completion_tokens = p["usage"]["completion_tokens"]
+                        if isinstance((p.get("timings") or {}).get("prompt_ms"), (int, float)):
+                            out.server_prompt_ms = float(p["timings"]["prompt_ms"])
                         ch = p.get("choices") or []
-                        if ch and ch[0].get("text"):
+                        # a token chunk: text, or none yet (llama.cpp holds back an incomplete UTF-8
+                        # character but still sends the token's chunk) and not the closing one
+                        if ch and out.first_ns is None:
+                            out.first_ns = t
+                        if ch and (ch[0].get("text") or ch[0].get("finish_reason") is None):
                             out.token_ns.append(t)
         except asyncio.TimeoutError:
             raise ProbeFailed("the probe ran out of its time budget (--budget) inside a request") from None
         except aiohttp.ClientError as e:
             raise ProbeFailed(f"POST {self.url}/v1/completions: {e}") from None
-        if not out.token_ns:
+        if out.first_ns is None:
             raise ProbeFailed(f"POST /v1/completions ({prompt_tokens}-token prompt): the stream carried no token")
         return out
 
     async def prefill(self, prompt_tokens: int) -> PrefillSample:
         s = await self._stream(prompt_tokens, 1)
-        return PrefillSample(prompt_tokens, (s.token_ns[0] - s.sent_ns) / 1e9)
+        server = s.server_prompt_ms / 1e3 if s.server_prompt_ms is not None else None
+        return PrefillSample(prompt_tokens, (s.first_ns - s.sent_ns) / 1e9, server)
 
     async def decode(self, batch: int, prompt_tokens: int, output_tokens: int) -> DecodeSample:
         # Only the window where all `batch` streams are decoding counts (after the last first token,
@@ -155,6 +166,9 @@ class Prober:
         # two tokens and to a stray scheduling hiccup of a busy host).
         streams = await asyncio.gather(*(self._stream(prompt_tokens, output_tokens) for _ in range(batch)))
         for s in streams:
+            if len(s.token_ns) < 2:
+                raise ProbeFailed(f"decode probe: a stream of {output_tokens} tokens carried "
+                                  f"{len(s.token_ns)} token chunks")
             n = s.completion_tokens or output_tokens
             if n != output_tokens:
                 raise ProbeFailed(f"asked {output_tokens} output tokens, the server produced {n} "

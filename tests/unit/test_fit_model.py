@@ -54,11 +54,11 @@ def test_chunked_prompts_counted_per_step():
 
 def test_compute_form_with_multi_token_step_and_request_overhead():
     # a llama.cpp-on-CPU shape: one-token steps cheap, any larger step pays a fixed extra
-    c = Coefficients(overhead=1.3e-3, per_seq=0.7e-3, weights=0.0, kv_per_token=0.0, per_token=0.3e-3,
-                     per_pair=1e-6, multi_token=6e-3, request_overhead=2e-3)
+    c = Coefficients(overhead=1.3e-3, per_seq=0.7e-3, weights=0.0, kv_per_token=1.5e-6, per_token=0.17e-3,
+                     per_pair=0.34e-6, multi_token=5e-3, request_overhead=2e-3)
     lim = EngineLimits("m", 2, 2048, 4096, 45e6, 90e6)
     truth = to_profile(c, lim, "t", "")
-    pre, dec = samples(truth, batches=(1, 2))
+    pre, dec = samples(truth, batches=(1, 2), contexts=(16, 1000))  # ctx 16: decode on the compute branch
     r = fit(pre, dec, lim, request_overhead_s=2e-3)
     assert r.form == "compute"
     assert_same(r.coefficients, coefficients(truth), rel=1e-4)  # hidden is a whole number
