@@ -65,9 +65,12 @@ def validate(url: str, work: Path, rates=RATES) -> dict:
 
 
 def table(v: dict) -> str:
-    lines = [f"fit: form {v['fit']['form']}, residual rms {v['fit']['rms_rel']:.1%} max {v['fit']['max_abs_rel']:.1%}, "
-             f"{v['fit']['rounds']} rounds in {v['fit']['probe_s']} s",
-             f"{'rate/s':>6} {'keeps up p/m':>12}  " + " ".join(f"{m + ' ' + q:>22}" for m in METRICS for q in ("p50", "p99"))]
+    f = v["fit"]
+    head = " ".join(f"{m + ' ' + q:>22}" for m in METRICS for q in ("p50", "p99"))
+    lines = [f"fit: form {f['form']}, residual rms {f['rms_rel']:.1%} max {f['max_abs_rel']:.1%}, "
+             f"{f['rounds']} rounds in {f['probe_s']} s",
+             "predicted/measured ms (error)",
+             f"{'rate/s':>6} {'keeps up p/m':>12}  {head}"]
     for x in v["points"]:
         k = x["keeps_up"]
         cells = []
@@ -75,10 +78,10 @@ def table(v: dict) -> str:
             for q in ("p50", "p99"):
                 c = x[f"{m}_{q}"]
                 cells.append(f"{c['predicted_ms']:7.1f}/{c['measured_ms']:7.1f} {c['error_rel']:+5.0%}")
-        lines.append(f"{x['rate_per_s']:6g} {('yes' if k['predicted'] else 'NO') + '/' + ('yes' if k['measured'] else 'NO'):>12}  "
-                     + " ".join(f"{c:>22}" for c in cells))
+        up = ("yes" if k["predicted"] else "NO") + "/" + ("yes" if k["measured"] else "NO")
+        lines.append(f"{x['rate_per_s']:6g} {up:>12}  " + " ".join(f"{c:>22}" for c in cells))
     c = v["capacity"]
     lines.append("capacity (completion rate past the knee): " + (
-        f"predicted {c['predicted_per_s']:.2f}/s, measured {c['measured_per_s']:.2f}/s at {c['rate_per_s']:g}/s offered "
-        f"({c['error_rel']:+.1%})" if c else "no rate was past the knee"))
+        f"predicted {c['predicted_per_s']:.2f}/s, measured {c['measured_per_s']:.2f}/s at {c['rate_per_s']:g}/s "
+        f"offered ({c['error_rel']:+.1%})" if c else "no rate was past the knee"))
     return "\n".join(lines) + "\n"
