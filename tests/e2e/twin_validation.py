@@ -54,6 +54,10 @@ def validate(url: str, work: Path, rates=RATES) -> dict:
                 a, b = pred["latency_ms"][m][q], meas["latency_ms"][m][q]
                 row[f"{m}_{q}"] = {"predicted_ms": a, "measured_ms": b, "error_rel": (a - b) / b}
         rows.append(row)
+    # the same probes again: how far the server's speed moved while it was measured (a shared machine)
+    again = fit(url, work / "profile-after.toml")
+    before = {_key(r): r["measured_ms"] for r in fitted["residuals"]}
+    drift = sorted(r["measured_ms"] / before[_key(r)] - 1 for r in again["residuals"] if _key(r) in before)
     past = [x for x in rows if not x["keeps_up"]["measured"]]
     cap = None
     if past:
@@ -61,7 +65,13 @@ def validate(url: str, work: Path, rates=RATES) -> dict:
         cap = {"rate_per_s": past[-1]["rate_per_s"], "predicted_per_s": c["predicted"], "measured_per_s": c["measured"],
                "error_rel": (c["predicted"] - c["measured"]) / c["measured"]}
     return {"fit": {k: fitted[k] for k in ("form", "rms_rel", "max_abs_rel", "probe_s", "rounds", "coefficients_us")},
-            "points": rows, "capacity": cap}
+            "points": rows, "capacity": cap,
+            "drift": {"median_rel": drift[len(drift) // 2], "min_rel": drift[0], "max_rel": drift[-1],
+                      "rule": "each probe's time in a second fit after the runs / in the first, minus 1"}}
+
+
+def _key(r: dict) -> tuple:
+    return r["kind"], r.get("batch"), r["prompt_tokens"]
 
 
 def table(v: dict) -> str:
@@ -81,6 +91,10 @@ def table(v: dict) -> str:
         up = ("yes" if k["predicted"] else "NO") + "/" + ("yes" if k["measured"] else "NO")
         lines.append(f"{x['rate_per_s']:6g} {up:>12}  " + " ".join(f"{c:>22}" for c in cells))
     c = v["capacity"]
+    d = v["drift"]
+    lines.append(f"server speed drift during the runs (probe times, second fit vs first): "
+                 f"median {d['median_rel']:+.0%}, "
+                 f"range {d['min_rel']:+.0%}..{d['max_rel']:+.0%}")
     lines.append("capacity (completion rate past the knee): " + (
         f"predicted {c['predicted_per_s']:.2f}/s, measured {c['measured_per_s']:.2f}/s at {c['rate_per_s']:g}/s "
         f"offered ({c['error_rel']:+.1%})" if c else "no rate was past the knee"))
