@@ -13,7 +13,10 @@ what a client sees (HTTP, tokenization, sampling), not only the engine's kernels
 Prompts are lists of token ids (exact lengths, no tokenizer needed; ids drawn from [1000, 30000) so no
 byte-fallback or control token), each request's ids distinct (no prefix cache hit); requests ask
 `cache_prompt: false` and `ignore_eos: true` (llama.cpp; others ignore unknown fields or are told by
---extra-body). The whole probe is bounded by a deadline: each stream gets at most the time left.
+--extra-body) and leave sampling to the server's defaults, as a workload without sampling fields does:
+sampling costs time per token on a CPU (llama.cpp's default sampler chain over a 32k vocabulary), so give
+the workload's own sampling fields with --extra-body. The whole probe is bounded by a deadline: each
+stream gets at most the time left.
 """
 from __future__ import annotations
 
@@ -116,7 +119,7 @@ class Prober:
 
     async def _stream(self, prompt_tokens: int, max_tokens: int) -> _Stream:
         body = orjson.dumps({"model": self.model, "prompt": self._ids(prompt_tokens), "max_tokens": max_tokens,
-                             "stream": True, "temperature": 0, **self.extra})
+                             "stream": True, **self.extra})
         left = self.left_s()
         if left <= 0:
             raise ProbeFailed("the probe ran out of its time budget (--budget)")

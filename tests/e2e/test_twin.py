@@ -1,5 +1,5 @@
 """The twin against llama-server (docs/twin.md): fit it, predict the mixed workload at 3 rates (light
-load, near, past the knee), measure the same plans, compare. ~3 min on the busy 2-core machine.
+load, near, past the knee), measure the same plans, compare. ~4 min on the busy 2-core machine.
 
 test_twin_predicts_llama_server checks what must hold whatever the machine's load: the fit describes
 its own probes, every rate is predicted and measured (one row per request, all ok), and the prediction

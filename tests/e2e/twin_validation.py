@@ -20,7 +20,7 @@ from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import loadgen
 
 WORKLOAD = str(Path(__file__).with_name("twin_mixed.toml"))
-RATES = (1.0, 2.5, 5.0)
+RATES = (1.0, 2.5, 6.0)
 METRICS = ("ttft", "tpot", "e2e")
 
 
