@@ -3,9 +3,8 @@ step model (fit_model.py), write a profile `loadgen sim --profile FILE` and `loa
 
 The plan, in rounds (a round = every prefill length once, then every decode shape once), at most
 ROUNDS rounds, each probe bounded by the budget (--budget, default 60 s): round 1 must finish, later
-rounds stop at the deadline (what they measured is kept). Means over rounds per shape are fitted (not
-medians: on a shared host the engine's speed varies by tens of percent within seconds, and a latency
-under load depends on its mean speed).
+rounds stop at the deadline (what they measured is kept). The median over rounds per shape is fitted
+(one round disturbed by a busy host does not move it).
 
   limits   slots (max_num_seqs) and tokens per slot (max_model_len) from llama.cpp's /props, or
            --max-num-seqs / --max-model-len; the per-step token budget max_num_batched_tokens from
@@ -74,15 +73,15 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
                 raise ProbeFailed(f"one round of probes did not fit in --budget {o.budget_s:g}s: "
                                   f"give more ({e})") from None
         used_s = o.budget_s - p.left_s()
-    prefill = [PrefillSample(n, statistics.fmean(s.ttft_s for s in v),
-                             _mean([s.server_prefill_s for s in v])) for n, v in pre.items()]
-    decode = [DecodeSample(b, c, DECODE_TOKENS, statistics.fmean(s.step_s for s in v)) for (b, c), v in dec.items()]
+    prefill = [PrefillSample(n, statistics.median(s.ttft_s for s in v),
+                             _median([s.server_prefill_s for s in v])) for n, v in pre.items()]
+    decode = [DecodeSample(b, c, DECODE_TOKENS, statistics.median(s.step_s for s in v)) for (b, c), v in dec.items()]
     return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
 
 
-def _mean(v: list) -> float | None:
+def _median(v: list) -> float | None:
     v = [x for x in v if x is not None]
-    return statistics.fmean(v) if v else None
+    return statistics.median(v) if v else None
 
 
 def request_overhead_s(prefill: list[PrefillSample]) -> float:

@@ -8,7 +8,7 @@ what a client sees (HTTP, tokenization, sampling), not only the engine's kernels
            PrefillSample(P, ttft_s = first token - request sent, server_prefill_s = llama.cpp's
            timings.prompt_ms when the stream carries it)
   decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
-           DecodeSample(B, P, N, step_s = mean token gap while all B streams decode)
+           DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode)
 
 Prompts are lists of token ids (exact lengths, no tokenizer needed; ids drawn from [1000, 30000) so no
 byte-fallback or control token), each request's ids distinct (no prefix cache hit); requests ask
@@ -48,7 +48,7 @@ class DecodeSample:
     batch: int
     prompt_tokens: int
     output_tokens: int
-    step_s: float   # mean gap between tokens while all `batch` streams decode
+    step_s: float   # 10 %-trimmed mean gap between tokens while all `batch` streams decode
 
 
 @dataclass(frozen=True)
@@ -165,8 +165,9 @@ class Prober:
     async def decode(self, batch: int, prompt_tokens: int, output_tokens: int) -> DecodeSample:
         # Only the window where all `batch` streams are decoding counts (after the last first token,
         # before the first last token): a stream admitted a step later must not charge its prefill to
-        # the others. The step time is the mean gap in that window (a mean, not a median: a busy
-        # host's slow steps are part of the engine's speed under load, and predictions need them).
+        # the others. The step time is the 10 %-trimmed mean gap in that window: a busy host's frequent
+        # slow steps are part of the engine's speed under load (a median would drop them), a rare
+        # descheduling of tens of ms is not.
         streams = await asyncio.gather(*(self._stream(prompt_tokens, output_tokens) for _ in range(batch)))
         for s in streams:
             if len(s.token_ns) < 2:
@@ -180,4 +181,7 @@ class Prober:
         gaps = [b - a for s in streams for a, b in zip(s.token_ns, s.token_ns[1:]) if a >= lo and b <= hi]
         if len(gaps) < 4:
             raise ProbeFailed(f"decode probe ({batch} streams): the streams hardly overlapped ({len(gaps)} gaps)")
-        return DecodeSample(batch, prompt_tokens, output_tokens, sum(gaps) / len(gaps) / 1e9)
+        gaps.sort()
+        cut = len(gaps) // 10
+        kept = gaps[cut:len(gaps) - cut]
+        return DecodeSample(batch, prompt_tokens, output_tokens, sum(kept) / len(kept) / 1e9)

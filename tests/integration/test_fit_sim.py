@@ -4,7 +4,7 @@ profile recovers the simulator's own step model, `loadgen sim --profile FITTED.t
 
 The target profile below is the tiny one with larger per-sequence, KV-read and attention costs, so that every
 coefficient moves the probed times by at least a few hundred microseconds; the simulator runs at
---speed 0.5 (steps of 2-10 ms: its own timer and HTTP jitter, ~0.1-1 ms on a busy machine, stay small).
+--speed 0.25 (steps of 4-20 ms: its own timer and HTTP jitter, ~0.1-1 ms on a busy machine, stay small).
 Tolerances (relative, in real time = profile time / speed): the per-token prefill cost, the decode step
 intercept (overhead + weights) and the per-sequence cost within 15 %, the KV-read and attention costs within
 35 % (each is ~10 % of the largest probe it shows in), and every probe predicted within 15 %.
@@ -19,7 +19,7 @@ from loadgen.sim.process import SimProcess
 from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import loadgen
 
-SPEED = 0.5
+SPEED = 0.25
 TARGET = """
 name = "fit-target"
 model_name = "fit-target-1b"
