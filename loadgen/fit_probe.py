@@ -77,6 +77,7 @@ class Prober:
         self.rng = random.Random(seed)
         self.model = ""
         self.session: aiohttp.ClientSession | None = None
+        self.last_error = ""
 
     async def __aenter__(self) -> "Prober":
         # a new connection per request: llama-server may close one after a stream, and a reused
@@ -96,13 +97,15 @@ class Prober:
                 if r.status != 200:
                     return None
                 return orjson.loads(await r.read())
-        except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError, ValueError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError, ValueError) as e:
+            self.last_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             return None
 
     async def limits(self) -> ServerLimits:
         models = await self._get_json("/v1/models")
         if not models or not models.get("data"):
-            raise ProbeFailed(f"{self.url}/v1/models: no model listed (is this an OpenAI-compatible server?)")
+            why = self.last_error or "no model listed (is this an OpenAI-compatible server?)"
+            raise ProbeFailed(f"GET {self.url}/v1/models: {why}")
         m = models["data"][0]
         self.model = str(m.get("id", ""))
         meta = m.get("meta") or {}
