@@ -10,7 +10,7 @@ A workload file (see workloads/quickstart.toml):
 
     [arrivals]
     process = "poisson"            # poisson | constant | gamma
-    rate = "8/s"
+    rate = "8/s"                   # or "inf": every request due at t0, paced only by max_concurrency
     burstiness = 1.0               # gamma only: CV of the gaps = 1/sqrt(burstiness)
 
     [run]
@@ -22,6 +22,8 @@ A workload file (see workloads/quickstart.toml):
     max_send_lag_p99 = "5ms"       # above it the run is invalid: the generator fell behind (selfcheck.py)
     max_rate_deviation = 0.02      # achieved vs offered rate, relative; beyond it the run is invalid
     max_cv_deviation = 0.1         # dispatch-gap CV vs the plan's, absolute; beyond it the run is invalid
+    concurrency = 0                # > 0: closed loop of N users (needs requests; arrivals are ignored)
+    think_time = "0s"              # closed loop: each user's pause between a reply and its next request
 
     [prompt]
     tokens = 128                   # or { dist = "uniform", min = 64, max = 512 }
@@ -76,10 +78,11 @@ validate() returns every problem at once, each naming the file and key (or the C
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +98,7 @@ APIS = ("completions", "chat")
 LENGTH_DISTS = lengths_mod.DISTS
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 TOKENIZERS = ("auto", "server", "approximate", "local")
+INFINITE_RATES = ("inf", "inf/s", "infinite")  # arrivals.rate / --rate: all requests due at t0
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,8 @@ class RunConfig:
     calibrate: bool = True          # probe the idle server before the run (calibrate.py)
     scrape_metrics: bool = False    # sample the target's /metrics during the run (scrape.py)
     scrape_interval_ns: int = 500_000_000
+    workers: int = 1                # generator processes (workers.py); 0 = auto, picked by rate
+    ray: str | None = None          # Ray cluster address or "auto" (ray_workers.py); None = local processes
     # production-shaped workloads (all optional)
     trace: TraceSpec | None = None
     mix: tuple[MixClass, ...] = ()
@@ -178,6 +184,10 @@ class RunConfig:
     tokenizer: str = "auto"
     tokenizer_file: str | None = None
     dataset: str | None = None
+    # closed loop (N virtual users) and the SLOs a run is judged by
+    concurrency: int = 0            # > 0: closed loop, N users each sending when its previous reply ends
+    think_ns: int = 0               # closed loop: a user's pause between a reply and its next request
+    slo: tuple[tuple[str, float], ...] = ()  # (metric, bound ms), analysis/goodput.py
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
@@ -202,7 +212,7 @@ _KEYS = {
          "trace", "mix", "prefix", "session"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
-            "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation"},
+            "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -277,10 +287,11 @@ def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
 
 def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, url: str | None = None,
              out: str | None = None, sim_args: tuple[str, ...] | str = (), calibrate: bool | None = None,
-             scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None) -> RunConfig:
+             scrape_metrics: bool | None = None, scrape_interval_ns: str | None = None,
+             slo: str | None = None, workers: str | None = None, ray: str | None = None) -> RunConfig:
     sources = sources or {}
     problems: list[str] = []
-    run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns)
+    run_options = _run_options(problems, sim_args, calibrate, scrape_metrics, scrape_interval_ns, slo, workers, ray)
 
     def where(key: str) -> str:
         return sources.get(key) or f"{source}: {key}"
@@ -385,8 +396,15 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
     elif process == "trace":
         bad("arrivals.process", "\"trace\" needs a [trace] table with a file (or --trace FILE)")
     rate = 1.0
+    concurrency = integer("run.concurrency", 0, 0) or 0
     if process in ("trace", "stages"):
         pass  # the trace or the stages give the rate
+    elif concurrency:
+        pass  # closed loop: the users' replies set the pace; a rate is ignored
+    elif str(get("arrivals.rate")).strip().lower() in INFINITE_RATES:
+        rate = math.inf  # every request is due at t0 (schedule.py); --max-concurrency paces them
+        if process not in ("poisson", "constant", "gamma"):
+            bad("arrivals.rate", f"\"inf\" needs process poisson, constant or gamma, not {process!r}")
     elif get("arrivals.rate") is None:
         bad("arrivals.rate", "missing (e.g. rate = \"8/s\")")
     else:
@@ -401,6 +419,18 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
     bounds = (get("run.requests") is not None) + (get("run.duration") is not None)
     if bounds == 2 or bounds == 0 and process not in ("trace", "stages"):
         bad("run", "give exactly one of requests or duration")
+    think_ns = duration("run.think_time", 0) if get("run.think_time") not in (None, "0", 0, "0s", "0ms") else 0
+    if (concurrency or math.isinf(rate)) and get("run.duration") is not None:
+        bad("run.concurrency" if concurrency else "arrivals.rate", "a closed loop (concurrency, or rate = \"inf\") "
+            "needs run.requests (--requests N): its duration is whatever the server makes it")
+    if concurrency and get("run.max_concurrency") not in (None, 0, "0"):
+        bad("run.max_concurrency", "give concurrency (closed loop, N users) or max_concurrency (a cap on an "
+            "open loop), not both")
+    if concurrency and isinstance(raw.get("session"), dict):
+        bad("run.concurrency", "a closed loop cannot replay [session] conversations (their turns are timed "
+            "by their own replies)")
+    if think_ns and not concurrency:
+        bad("run.think_time", "only applies to a closed loop (run.concurrency / --concurrency N)")
     warmup = integer("run.warmup_requests", 0, 0) or 0
     if requests is not None and warmup >= requests:
         bad("run.warmup_requests", f"must be less than run.requests ({requests}), got {warmup}")
@@ -464,6 +494,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, *, u
         tokenizer=tokenizer,
         tokenizer_file=tokenizer_file if isinstance(tokenizer_file, str) else None,
         dataset=dataset if isinstance(dataset, str) else None,
+        concurrency=concurrency,
+        think_ns=think_ns or 0,
     )
     if config.prefix is not None and config.session is None and not skip_lengths \
             and config.prompt_tokens.dist == "fixed" and config.prompt_tokens.value <= config.prefix.tokens:
@@ -489,8 +521,13 @@ def _parse_length_flag(text: str) -> int | dict | str:
     return text
 
 
+def with_overrides(config: RunConfig, **changes: Any) -> RunConfig:
+    return replace(config, **changes)
+
+
 def _run_options(problems: list[str], sim_args: tuple[str, ...] | str, no_calibrate: bool | None,
-                 scrape_metrics: bool | None, scrape_interval: str | None) -> dict[str, Any]:
+                 scrape_metrics: bool | None, scrape_interval: str | None, slo: str | None,
+                 workers: str | None, ray: str | None) -> dict[str, Any]:
     # The run options of options.py that no workload file holds (--url and --out are checked below).
     out: dict[str, Any] = {"calibrate": not no_calibrate, "scrape_metrics": bool(scrape_metrics)}
     if isinstance(sim_args, str):
@@ -508,6 +545,26 @@ def _run_options(problems: list[str], sim_args: tuple[str, ...] | str, no_calibr
             out["scrape_interval_ns"] = ns
         except ValueError as e:
             problems.append(f"--scrape-interval: {e}")
+    if slo is not None:
+        from loadgen.analysis.goodput import parse_slo
+
+        try:
+            out["slo"] = tuple(parse_slo(slo).items())
+        except ValueError as e:
+            problems.append(f"--slo: {e}")
+    if workers is not None:
+        n = 0 if str(workers) == "auto" else (int(workers) if str(workers).isdigit() else -1)
+        if n < 0 or n > 1024 or (n == 0 and str(workers) != "auto"):
+            problems.append(f"--workers: expected a number of processes (1-1024) or auto, got {workers!r}")
+        else:
+            out["workers"] = n
+    if ray is not None:
+        from loadgen.ray_workers import INSTALL_HINT, available
+
+        if not available():
+            problems.append(INSTALL_HINT)
+        out["ray"] = ray
+        out.setdefault("workers", 0)  # --ray without --workers: auto
     return out
 
 

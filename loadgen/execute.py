@@ -50,6 +50,8 @@ from loadgen.rawhttp import RawHttpTransport
 from loadgen.reachability import unreachable_reason
 from loadgen.recorder import Recorder, Row
 from loadgen.calibrate import fit, probe_record, probe_rows
+from loadgen.analysis.goodput import slo_keys
+from loadgen.closedloop import ClosedLoopRunner, load_model
 from loadgen.results import SCHEMA_VERSION, RunWriter, write_json, write_parquet
 from loadgen.scrape import Scraper
 from loadgen.runner import Runner
@@ -102,6 +104,12 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
                  client: ClientOptions | None = None) -> RunOutcome:
+    if config.ray is not None:
+        from loadgen.ray_workers import run_ray  # Ray actors (--ray)
+        return run_ray(config, progress)
+    if config.workers != 1:
+        from loadgen.workers import run_workers  # several processes (--workers)
+        return run_workers(config, progress, client)
     client = client or ClientOptions()
     url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
     check_config(config)
@@ -144,7 +152,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
 async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: RunWriter, url: str,
                builtin_sim: bool, progress: TextIO | None, shaper: Bodies | None = None,
                workload_info: dict | None = None,
-               client_headers: tuple[ClientOptions, dict] | None = None) -> RunOutcome:
+               client_headers: tuple[ClientOptions, dict] | None = None, part=None) -> RunOutcome:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -164,13 +172,17 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     await transport.__aenter__()
     _say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
     await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
-    run_id = secrets.token_hex(4)
-    mono_now, wall_now = time.monotonic_ns(), time.time_ns()
-    t0 = mono_now + START_LEAD_NS
+    run_id = part.run_id if part else secrets.token_hex(4)
+    mono_now, wall_now = clock.now_ns(), time.time_ns()
+    # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
+    t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
+    wall_now += t0 - mono_now - START_LEAD_NS
     rows = [Row(i, f"{run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
     shape_rows(rows, schedule)
+    if part:  # its share of the plan only
+        rows, bodies, shaper = part.select(rows, bodies, shaper)
     manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": run_id,
         "status": "running", "invalid_reasons": [],
@@ -187,10 +199,12 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": workload_info or {},
         "client": client.manifest(headers),
+        "load": load_model(config),                                  # open or closed loop
+        **({"slo": slo_keys(dict(config.slo))} if config.slo else {}),  # read by `report`
     }
     writer.manifest(manifest)
     recorder = Recorder(rows)
-    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9)
+    hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9, worker=part.worker if part else None)
     lateness_ns: list[int] = []
     # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
     # collector's sight, so a full collection during the run scans only what the run allocates
@@ -200,18 +214,22 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Sample /metrics during the run (bytes only; parsed afterwards).
-    scraper = Scraper(url, t0, config.scrape_interval_ns, headers, tls) if config.scrape_metrics else None
+    scraper = (Scraper(url, t0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
+               if config.scrape_metrics else None)
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     try:
         async with transport:
-            runner = Runner(rows, bodies, backend, transport, clock, recorder,
+            # --concurrency N is a closed loop of N users (closedloop.py)
+            closed = {"users": config.concurrency, "think_ns": config.think_ns} if config.concurrency else {}
+            runner = (ClosedLoopRunner if closed else Runner)(
+                            rows, bodies, backend, transport, clock, recorder, **closed,
                             max_concurrency=config.max_concurrency,
                             request_timeout_ns=config.request_timeout_ns,
                             drain_timeout_ns=config.drain_timeout_ns,
                             next_body=shaper.next_turn if shaper is not None else None)
-            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0))
+            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
-            ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows)))
+            ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
             cpu0 = os.times()
             try:
                 status = await runner.run(stop)
@@ -237,9 +255,10 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
                                "off (--no-calibrate): without server timings, queue and prefill cannot be "
                                "separated" if not config.calibrate else "failed")
     rest = recorder.take_finished()
-    hists.record_interval(rest, time.monotonic_ns() - t0)
+    hists.record_interval(rest, clock.now_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.limits_of(config))
+    reasons, generator = check_generator(rows, selfcheck.limits_of(config),
+                                         open_loop=load_model(config)["loop"] == "open")
     if status != "complete":
         reasons = []
     unreachable = unreachable_reason(rows) if status == "complete" else None
@@ -264,9 +283,9 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
             status = "invalid"
             reasons.append(f"prompt lengths are not the planned ones: {lengths['reason']}")
     manifest.update(status=status, invalid_reasons=reasons, generator=generator,
-                    finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
+                    finished={"monotonic_ns": clock.now_ns(), "unix_ns": time.time_ns()})
     writer.manifest(manifest)
-    _say(progress, _progress_line(runner, recorder, t0, len(rows)) + f"  [{status}]")
+    _say(progress, _progress_line(runner, recorder, t0, len(rows), clock.now_ns) + f"  [{status}]")
     for reason in reasons:
         _say(progress, f"INVALID RUN: {reason}")
     return RunOutcome(writer.path, status, reasons)
@@ -319,18 +338,20 @@ def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool
                    clock: Clock | None = None):
     # Plain http: the raw protocol transport (stamps in the protocol callback, on the run's clock; see
     # rawhttp.py). https, or LOADGEN_TRANSPORT=aiohttp: aiohttp (tls: client_options.ClientOptions.ssl_context).
+    now_ns = clock.now_ns if clock is not None else time.monotonic_ns
     if url.startswith("http://") and os.environ.get("LOADGEN_TRANSPORT", "raw") == "raw":
-        return RawHttpTransport(url, headers, now_ns=clock.now_ns) if clock else RawHttpTransport(url, headers)
-    return AiohttpTransport(url, headers, tls)
+        return RawHttpTransport(url, headers, now_ns=now_ns)
+    return AiohttpTransport(url, headers, tls, now_ns=now_ns)
 
 
-def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None) -> tuple[list[str], dict]:
+def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None,
+                    open_loop: bool = True) -> tuple[list[str], dict]:
     sent = [r for r in rows if r.dispatched_ns is not None]
     n = len(sent)
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
                            np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
-                           measured=np.fromiter((not r.warmup for r in sent), bool, n))
+                           measured=np.fromiter((not r.warmup for r in sent), bool, n), open_loop=open_loop)
 
 
 def _lateness(samples_ns: list[int]) -> dict:
@@ -350,22 +371,22 @@ async def _probe_loop(out: list[int]) -> None:
     except (OSError, AttributeError):
         return
     try:
-        due = time.monotonic_ns() + LOOP_PROBE_NS
+        due = probe.now_ns() + LOOP_PROBE_NS
         while True:
             await probe.sleep_until(due)
-            out.append(time.monotonic_ns() - due)
+            out.append(probe.now_ns() - due)
             due += LOOP_PROBE_NS
     finally:
         probe.close()
 
 
-async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int) -> None:
+async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int, now_ns) -> None:
     tick = 0
     pending: list = []
     while True:
         tick += 1
         end_ns = tick * INTERVAL_NS
-        delay_ns = t0 + end_ns - time.monotonic_ns()
+        delay_ns = t0 + end_ns - now_ns()
         if delay_ns > 0:
             await asyncio.sleep(delay_ns / 1e9)
         if end_ns <= hists.next_start_ns:
@@ -395,8 +416,8 @@ def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int
         writer.flush(flush, t0)
 
 
-def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> str:
-    elapsed_s = max(1e-9, (time.monotonic_ns() - t0) / 1e9)
+def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_ns) -> str:
+    elapsed_s = max(1e-9, (now_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
     p50 = f"{metrics.quantiles(ttfts, (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
     return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
@@ -404,13 +425,14 @@ def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int) -> s
             f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
 
 
-async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int) -> None:
+async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int,
+                         now_ns) -> None:
     if out is None:
         return
     tty = out.isatty()
     while True:
         await asyncio.sleep(1.0 if tty else 5.0)
-        line = _progress_line(runner, recorder, t0, total)
+        line = _progress_line(runner, recorder, t0, total, now_ns)
         out.write(f"\r{line}\033[K" if tty else line + "\n")
         out.flush()
 

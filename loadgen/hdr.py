@@ -247,10 +247,11 @@ def summary_ms(h: HdrHistogram | Recorded) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Interval logs: writing
 
-def log_path(run_dir: str | os.PathLike, metric: str) -> Path:
+def log_path(run_dir: str | os.PathLike, metric: str, worker: int | None = None) -> Path:
+    # One log per metric; each worker process of a --workers run writes its own, <metric>.<worker>.hlog.
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
-    return Path(run_dir) / f"{metric}.hlog"
+    return Path(run_dir) / (f"{metric}.hlog" if worker is None else f"{metric}.{worker}.hlog")
 
 
 class IntervalLogWriter:

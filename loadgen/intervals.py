@@ -55,9 +55,11 @@ _FIELDS = ("intended_ns", "dispatched_ns", "slot_wait_ns", "connected_ns", "firs
 
 
 class LiveHistograms:
-    def __init__(self, run_dir: str | Path, t0_ns: int, start_wall_s: float, tag: str | None = None):
+    def __init__(self, run_dir: str | Path, t0_ns: int, start_wall_s: float, tag: str | None = None,
+                 worker: int | None = None):
         self.t0_ns = t0_ns
-        self.writers = {m: hdr.IntervalLogWriter(hdr.log_path(run_dir, m), start_wall_s=start_wall_s, tag=tag)
+        self.writers = {m: hdr.IntervalLogWriter(hdr.log_path(run_dir, m, worker), start_wall_s=start_wall_s,
+                                                 tag=tag)
                         for m in hdr.METRICS}
         self.totals = {m: hdr.Recorded(hdr.new_histogram(), 0) for m in hdr.METRICS}
         self.next_start_ns = 0   # from t0: where the next interval begins

@@ -1,4 +1,4 @@
-"""Bounds on what a plan may allocate, checked before anything big is built (issue 15): a typo such as
+"""Bounds on what a plan may allocate, checked before anything big is built: a typo such as
 `--requests 2000000000` or `--prompt-tokens 500000000` is a named input error (exit 2), not an
 out-of-memory kill or a traceback.
 

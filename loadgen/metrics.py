@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -93,29 +94,73 @@ def rate_per_s(times_ns: np.ndarray) -> float | None:
 def itl_gaps(chunks: pl.DataFrame | pl.LazyFrame, key: str = "rid", keep: tuple[str, ...] = ()) -> pl.DataFrame:
     """The groups of the ITL rule with a gap before them: *keep, key, t_ns, prev_ns, gap_ns, k.
     chunks: key (the request), t_ns, n_tokens; each request's chunks contiguous and in time order."""
-    same = (_c(key) == _c(key).shift(1)).fill_null(False)
-    return (chunks.lazy().filter(_c("n_tokens") > 0)
-            .with_columns(same=same, prev_ns=_c("t_ns").shift(1))
-            .with_columns(first=~_c("same") | (_c("t_ns") != _c("prev_ns")))
-            .with_columns(k=_c("n_tokens").sum().over(_c("first").cum_sum()))
-            .filter(_c("first") & _c("same"))
-            .select(*keep, key, "t_ns", "prev_ns", (_c("t_ns") - _c("prev_ns")).alias("gap_ns"), "k")
-            .collect())
+    c = chunks.lazy().filter(_c("n_tokens") > 0).collect()
+    rows, prev_ns, k = _itl_groups(c[key].to_numpy(), c["t_ns"].to_numpy(), c["n_tokens"].to_numpy())
+    t_ns = c["t_ns"].to_numpy()[rows]
+    return pl.DataFrame([*(c[name].gather(rows) for name in (*keep, key)), pl.Series("t_ns", t_ns),
+                         pl.Series("prev_ns", prev_ns), pl.Series("gap_ns", t_ns - prev_ns), pl.Series("k", k)])
 
 
-def request_gaps(tokens: pl.DataFrame) -> pl.DataFrame:
-    """itl_gaps of a tokens.parquet frame: request_id, rid (an integer key per request), t_ns, prev_ns,
-    gap_ns, k for every gap of every stream.
+def _itl_groups(key: np.ndarray, t_ns: np.ndarray, n_tokens: np.ndarray):
+    """The ITL rule on arrays (chunks with tokens, each key's rows contiguous and in time order): for every
+    group that has a gap before it, the row of its first chunk, the previous group's stamp and its tokens k."""
+    n = key.size
+    same = np.zeros(n, bool)
+    np.equal(key[1:], key[:-1], out=same[1:])
+    first = ~same
+    first[1:] |= t_ns[1:] != t_ns[:-1]
+    starts = np.flatnonzero(first)
+    del first
+    k = np.add.reduceat(n_tokens, starts) if n else np.zeros(0, np.int64)
+    with_gap = same[starts]
+    rows = starts[with_gap]
+    return rows, t_ns[rows - 1], k[with_gap]
+
+
+class Gaps(NamedTuple):
+    """request_gaps as arrays (one entry per gap; each request's gaps contiguous, in time order):
+    owner indexes names (the request ids); t_ns ends the gap, prev_ns starts it, k tokens ended it."""
+    names: pl.Series
+    owner: np.ndarray
+    t_ns: np.ndarray
+    prev_ns: np.ndarray
+    k: np.ndarray
+
+    @property
+    def gap_ns(self) -> np.ndarray:
+        return self.t_ns - self.prev_ns
+
+
+def gap_arrays(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> Gaps:
+    """The gaps of every stream in a tokens.parquet frame (of `request_ids` only, when given).
     tokens.parquet holds each request's chunks contiguously in idx order (results.py writes it so): then
     no sort is needed (a sort of 10 M string-keyed rows costs seconds); otherwise it sorts."""
-    t = tokens.lazy().filter(_c("n_tokens") > 0).with_columns(
-        rid=_c("request_id").cast(pl.Categorical).to_physical().cast(pl.Int64)).collect()
-    same = (pl.col("rid") == pl.col("rid").shift(1)).fill_null(False)
-    check = t.select(changes=(~same).sum(), unique=pl.col("rid").n_unique(),
-                     backwards=(same & (pl.col("t_ns").diff() < 0)).sum())
-    if t.height and not (check["changes"][0] == check["unique"][0] and check["backwards"][0] == 0):
-        t = t.sort("rid", "t_ns")
-    return itl_gaps(t, "rid", keep=("request_id",))
+    t = tokens.filter(_c("n_tokens") > 0) if (tokens["n_tokens"] <= 0).any() else tokens
+    for attempt in ("as written", "sorted"):
+        ids = t["request_id"]
+        change = (ids != ids.shift(1)).fill_null(True).to_numpy()
+        names = ids.filter(change)
+        t_ns = t["t_ns"].to_numpy()
+        backwards = bool(np.any((t_ns[1:] < t_ns[:-1]) & ~change[1:]))
+        if attempt == "sorted" or (names.n_unique() == names.len() and not backwards):
+            break
+        t = t.sort("request_id", "t_ns")
+    rid = np.cumsum(change, dtype=np.int32) - 1
+    del change
+    rows, prev_ns, k = _itl_groups(rid, t_ns, t["n_tokens"].to_numpy())
+    owner = rid[rows]
+    del rid
+    if request_ids is not None:
+        wanted = names.is_in(request_ids.cast(pl.String).implode()).to_numpy()[owner]
+        rows, prev_ns, k, owner = rows[wanted], prev_ns[wanted], k[wanted], owner[wanted]
+    return Gaps(names, owner, t_ns[rows], prev_ns, k)
+
+
+def request_gaps(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> pl.DataFrame:
+    """gap_arrays as a frame: request_id, rid (an integer key per request), t_ns, prev_ns, gap_ns, k."""
+    g = gap_arrays(tokens, request_ids)
+    return pl.DataFrame({"request_id": g.names.gather(g.owner), "rid": g.owner, "t_ns": g.t_ns,
+                         "prev_ns": g.prev_ns, "gap_ns": g.gap_ns, "k": g.k})
 
 
 def itl_samples_ns(t_ns: np.ndarray, n_tokens: np.ndarray, owner: np.ndarray) -> np.ndarray:
@@ -136,6 +181,13 @@ _Q_SCALE = 1_000_000  # quantiles are read to 6 decimals, so that 0.99 of 100 is
 def rank(q: float, n: int) -> int:
     """The 1-based nearest rank of quantile q (0..1) among n samples: ceil(q * n), at least 1 (integers)."""
     return min(n, max(1, -(-n * round(q * _Q_SCALE) // _Q_SCALE)))
+
+
+def ranks(q: float, n: np.ndarray) -> np.ndarray:
+    """rank() for an array of sample counts (0 where n is 0)."""
+    n = np.asarray(n, dtype=np.int64)
+    k = round(q * _Q_SCALE)
+    return np.minimum(n, np.maximum(1, (n * k + _Q_SCALE - 1) // _Q_SCALE)) * (n > 0)
 
 
 def quantile_expr(column: str, q: float) -> pl.Expr:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-RUN, SCHEDULE = "run", "schedule"
-BOTH = (RUN, SCHEDULE)
+RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
+BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
+RUNS = (RUN, SWEEP)                  # run options a sweep passes to every point
 
 
 @dataclass(frozen=True)
@@ -60,28 +61,39 @@ OPTIONS = (
     Option("--skip-bad-rows", "drop bad trace rows and count them in the manifest instead of failing",
            key="trace.skip_bad_rows", switch=True),
     Option("--max-concurrency", "at most N requests in flight; later ones wait (recorded as slot_wait)",
-           key="run.max_concurrency", metavar="N", commands=(RUN,)),
+           key="run.max_concurrency", metavar="N", commands=RUNS),
     Option("--request-timeout", "cut a request off after this long, e.g. 30s (default 120s)",
-           key="run.request_timeout", metavar="DURATION", commands=(RUN,)),
+           key="run.request_timeout", metavar="DURATION", commands=RUNS),
     Option("--max-send-lag-p99", "send-lag p99 above which the run is invalid (default 5ms)",
-           key="run.max_send_lag_p99", metavar="DURATION", commands=(RUN,)),
+           key="run.max_send_lag_p99", metavar="DURATION", commands=RUNS),
     Option("--max-rate-deviation", "achieved vs offered rate (relative) beyond which the run is invalid "
-           "(default 0.02)", key="run.max_rate_deviation", metavar="FRACTION", commands=(RUN,)),
+           "(default 0.02)", key="run.max_rate_deviation", metavar="FRACTION", commands=RUNS),
     Option("--max-cv-deviation", "dispatch-gap CV vs the plan's (absolute) beyond which the run is invalid "
-           "(default 0.1)", key="run.max_cv_deviation", metavar="X", commands=(RUN,)),
+           "(default 0.1)", key="run.max_cv_deviation", metavar="X", commands=RUNS),
+    Option("--concurrency", "closed loop: N virtual users, each sending when its previous reply ends (needs "
+           "--requests; the rate is ignored)", key="run.concurrency", metavar="N", commands=(RUN,)),
+    Option("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
+           metavar="DURATION", commands=(RUN,)),
     # run options: no workload file holds them
     Option("--url", "server base URL; without it the built-in simulator is started", field="url",
-           metavar="URL", commands=(RUN,)),
+           metavar="URL", commands=RUNS),
     Option("--out", "results folder (default results/NAME-TIMESTAMP)", field="out", metavar="DIR",
            commands=(RUN,)),
     Option("--sim-args", "flags for the built-in simulator, e.g. '--ttft 20ms' (split as a shell would)",
-           field="sim_args", metavar="ARGS", commands=(RUN,)),
+           field="sim_args", metavar="ARGS", commands=RUNS),
     Option("--no-calibrate", "skip the idle-server probes; without server timings the report then cannot "
-           "split TTFT into queue and prefill", field="calibrate", switch=True, commands=(RUN,)),
+           "split TTFT into queue and prefill", field="calibrate", switch=True, commands=RUNS),
     Option("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics",
-           switch=True, commands=(RUN,)),
+           switch=True, commands=RUNS),
+    Option("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
+           "see docs/scale-out.md", field="workers", metavar="N|auto", commands=(RUN,)),
+    Option("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "
+           "here); needs pip install 'loadgen[ray]'", field="ray", metavar="auto|ADDRESS", commands=(RUN,)),
     Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
-           commands=(RUN,)),
+           commands=RUNS),
+    Option("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: attainment "
+           "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest", field="slo",
+           metavar="SPEC", commands=RUNS),
     Option("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",
            field="overwrite", switch=True, commands=(RUN,), client=True),
     # how to talk to the target (client_options.py)

@@ -11,8 +11,8 @@ with no pool limit (an idle connection is reused, else a new one is opened: noth
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
 MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
 what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
-Same contract as transport.AiohttpTransport: post() yields a response with `status`, `read()` and
-`reads()`, plus `stamped()` -> (read_t_ns, reads) of the body, stamped in the protocol callback.
+The contract is transport.Transport / transport.Response; here `stamped()` only parses: each read was
+stamped in the protocol callback (on the now_ns clock it was given).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 from loadgen.offload import OFFLOAD_READS, in_worker
-from loadgen.recorder import Row
+from loadgen.recorder import ErrorKind, Row
 from loadgen.transport import TransportError
 
 _END_CHUNKED = b"0\r\n\r\n"
@@ -101,9 +101,9 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
     head = raw[:end].decode("latin-1").split("\r\n")
     parts = head[0].split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-        raise TransportError("bad_response", f"not an HTTP/1.x status line: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP/1.x status line: {head[0][:80]!r}")
     if not (parts[1].isdigit() and len(parts[1]) == 3):
-        raise TransportError("bad_response", f"not an HTTP status code: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP status code: {head[0][:80]!r}")
     p.status = int(parts[1])
     p.keep_alive = parts[0] != "HTTP/1.0"
     for line in head[1:]:
@@ -113,7 +113,7 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
             p.chunked = True
         elif name == "content-length":
             if not value.isdigit():
-                raise TransportError("bad_response", f"bad Content-Length {value[:40]!r}")
+                raise TransportError(ErrorKind.BAD_RESPONSE, f"bad Content-Length {value[:40]!r}")
             p.length = int(value)
         elif name == "connection":
             p.keep_alive = value != "close" if parts[0] != "HTTP/1.0" else value == "keep-alive"
@@ -149,7 +149,7 @@ def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, in
             return b"".join(pieces), owner, False
         size_text = raw[pos:nl].split(b";", 1)[0].strip()
         if not _HEX.fullmatch(size_text):
-            raise TransportError("bad_response", f"bad chunk size line {raw[pos:nl][:40]!r}")
+            raise TransportError(ErrorKind.BAD_RESPONSE, f"bad chunk size line {raw[pos:nl][:40]!r}")
         size = int(size_text, 16)
         if size == 0:
             return b"".join(pieces), owner, raw.find(b"\r\n", nl + 2) >= 0
@@ -190,18 +190,18 @@ class _Response:
     def __init__(self, conn: _Conn, parsed: _Parsed):
         self.status = parsed.status
         self._conn, self._parsed = conn, parsed
-        self.error: TransportError | None = None  # set when the body was cut short (stamped() keeps the part)
+        self.error: TransportError | None = None  # set when the body was cut short (received() keeps the part)
         conn.wake_any = not parsed.chunked
 
     async def _complete(self) -> _Parsed:
         conn, p = self._conn, self._parsed
         while not p.complete:
             if conn.too_large:
-                raise TransportError("response_too_large", f"the response exceeded {conn.limit} bytes")
+                raise TransportError(ErrorKind.RESPONSE_TOO_LARGE, f"the response exceeded {conn.limit} bytes")
             if conn.closed:
                 p = self._parsed = parse_response(conn.data, True) or p
                 if not p.complete and (p.chunked or p.length is not None):
-                    raise TransportError("reset", f"connection closed mid-body ({conn.lost!r})")
+                    raise TransportError(ErrorKind.RESET, f"connection closed mid-body ({conn.lost!r})")
                 break
             conn.done = asyncio.get_running_loop().create_future()
             await conn.done
@@ -212,10 +212,12 @@ class _Response:
         return p
 
     async def stamped(self) -> tuple[array, list[bytes]]:
+        # The reads were stamped in the protocol callback (the hot path); here they are only parsed.
         try:
             p = await self._complete()
         except TransportError as e:
-            self.error, p = e, self._parsed
+            self.error = e
+            raise
         t = self._conn.t
         keep = [i for i, b in enumerate(p.body_reads) if b]
         return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
@@ -233,10 +235,6 @@ class _Response:
 
     async def read(self) -> bytes:
         return b"".join((await self.stamped())[1])
-
-    async def reads(self):
-        for data in (await self.stamped())[1]:
-            yield data
 
 
 class RawHttpTransport:
@@ -292,7 +290,7 @@ class RawHttpTransport:
                 connect = self._connect or asyncio.get_running_loop().create_connection
                 _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
             except OSError as e:
-                raise TransportError("connect_failed", f"{type(e).__name__}: {e}") from None
+                raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
             self._all.add(conn)
         if row is not None:
             row.connected_ns = self.now_ns()
@@ -307,9 +305,9 @@ class RawHttpTransport:
             parsed = None
             while parsed is None:
                 if conn.size > MAX_HEAD_BYTES and b"\r\n\r\n" not in b"".join(conn.data):
-                    raise TransportError("bad_response", f"response head longer than {MAX_HEAD_BYTES} bytes")
+                    raise TransportError(ErrorKind.BAD_RESPONSE, f"response head longer than {MAX_HEAD_BYTES} bytes")
                 if conn.closed:
-                    raise TransportError("reset", f"connection closed before the response head ({conn.lost!r})")
+                    raise TransportError(ErrorKind.RESET, f"connection closed before the response head ({conn.lost!r})")
                 conn.done = asyncio.get_running_loop().create_future()
                 if not conn.data or b"\r\n\r\n" not in b"".join(conn.data):
                     await conn.done

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from loadgen.recorder import Row
+from loadgen.recorder import ErrorKind, Row
 
 MOST = 0.5
 
@@ -20,7 +20,7 @@ def unreachable_reason(rows: list[Row]) -> str | None:
     if not sent:
         return None
     answered = sum(1 for r in sent if r.http_status is not None)
-    refused = sum(1 for r in sent if r.error_kind == "connect_failed")
+    refused = sum(1 for r in sent if r.error_kind == ErrorKind.CONNECT_FAILED)
     if answered and refused <= MOST * len(sent):
         return None
     kinds = Counter(r.error_kind or r.outcome for r in sent if r.http_status is None)

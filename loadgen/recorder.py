@@ -24,6 +24,28 @@ class Outcome(StrEnum):
 
 OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, INTERRUPTED, CANCELLED = Outcome
 
+
+class ErrorKind(StrEnum):
+    """Why a row is not ok (the `error_kind` column), besides `http_<status>` for HTTP errors."""
+    CONNECT_FAILED = "connect_failed"        # connection_error: refused, unreachable, bad address
+    RESET = "reset"                          # connection_error: closed by the peer before the end
+    BAD_RESPONSE = "bad_response"            # connection_error: not HTTP/1.x, bad framing, oversized head
+    RESPONSE_TOO_LARGE = "response_too_large"  # connection_error: the body exceeded the transport's bound
+    CLIENT_ERROR = "client_error"            # connection_error: an unexpected client-side failure
+    ERROR_EVENT = "error_event"              # stream_error: an error object inside a 200 stream
+    MALFORMED_CHUNK = "malformed_chunk"      # stream_error: an event that is not a JSON object, or too long
+    INCOMPLETE_STREAM = "incomplete_stream"  # stream_error: closed before its end marker
+    REQUEST_TIMEOUT = "request_timeout"      # timeout: run.request_timeout elapsed
+    DRAIN_TIMEOUT = "drain_timeout"          # timeout: still in flight when the drain ended
+    INTERRUPTED = "interrupted"              # interrupted: in flight at SIGINT/SIGTERM
+    CANCELLED = "cancelled"                  # cancelled: not yet due at SIGINT/SIGTERM
+    DROPPED = "dropped"                      # dropped: held back by --max-concurrency until the end
+    SESSION_BROKEN = "session_broken"        # dropped: an earlier turn of its conversation failed
+
+
+def http_error_kind(status: int) -> str:
+    return f"http_{status}"
+
 TIME_FIELDS = ("intended_ns", "dispatched_ns", "connected_ns", "sent_ns", "response_ns",
                "first_token_ns", "last_token_ns", "done_ns")
 

@@ -5,6 +5,8 @@
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
     calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
+    requests.<w>.parquet, tokens.<w>.parquet, manifest.<w>.json, <metric>.<w>.hlog
+                       worker w's share of a --workers run (workers.py), read as one run
     _parts/            flushed as the run goes; merged into the two files above at the end (a run
                        killed with SIGKILL leaves its parts, which read_run() still reads)
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -223,18 +226,29 @@ class RunWriter:
                 shutil.rmtree(self._previous, ignore_errors=True)
                 self._previous = None
 
-    def flush(self, rows: list[Row], t0_ns: int) -> None:
-        """Write rows finished since the last flush as a part (may run in a worker thread)."""
+    def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+        """Write rows finished since the last flush as a part (may run in a worker thread). Their chunk
+        stamps then live in the part only (released from the rows: a long run's memory stays flat);
+        finalize() reads them back."""
         if not rows:
             return
         self._part += 1
-        write_parquet(self.path / PARTS / f"requests-{self._part:05d}.parquet", requests_frame(rows, t0_ns))
-        write_parquet(self.path / PARTS / f"tokens-{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        write_parquet(self.path / PARTS / f"requests-{name}{self._part:05d}.parquet", requests_frame(rows, t0_ns))
+        write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        for r in rows:
+            r.chunk_t_ns, r.chunk_tokens = array("q"), array("l")
 
-    def finalize(self, rows: list[Row], t0_ns: int) -> None:
-        write_parquet(self.path / "requests.parquet", requests_frame(rows, t0_ns).sort("idx"))
-        write_parquet(self.path / "tokens.parquet", tokens_frame(rows, t0_ns))
-        shutil.rmtree(self.path / PARTS, ignore_errors=True)
+    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+        suffix = f".{name[:-1]}" if name else ""  # "3-" -> requests.3.parquet (a worker's share)
+        write_parquet(self.path / f"requests{suffix}.parquet", requests_frame(rows, t0_ns).sort("idx"))
+        parts = sorted((self.path / PARTS).glob(f"tokens-{name}[0-9]*.parquet"))
+        tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
+        write_parquet(self.path / f"tokens{suffix}.parquet", tokens)
+        if name:
+            for f in (self.path / PARTS).glob(f"*-{name}[0-9]*.parquet"):
+                f.unlink()
+        else:
+            shutil.rmtree(self.path / PARTS, ignore_errors=True)
 
 
 def read_run(path: str | Path) -> Run:
@@ -250,9 +264,13 @@ def read_run(path: str | Path) -> Run:
             requests = pl.read_parquet(p / "requests.parquet")
             tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
                       else pl.DataFrame(schema=TOKEN_SCHEMA))
-        elif (p / PARTS).is_dir():  # a run that was killed before it could finish its files
-            requests = _concat(sorted((p / PARTS).glob("requests-*.parquet")), REQUEST_SCHEMA)
-            tokens = _concat(sorted((p / PARTS).glob("tokens-*.parquet")), TOKEN_SCHEMA)
+        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
+            # the workers' files of a --workers run (workers.py), and the flushed parts of any process
+            # that was killed before it could finish its files
+            requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
+                               REQUEST_SCHEMA).sort("idx")
+            tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),
+                             TOKEN_SCHEMA)
         else:
             raise ResultsError(f"{p}: no requests.parquet")
     except (pl.exceptions.PolarsError, OSError) as e:

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
-                              Recorder, Row)
+                              ErrorKind, Recorder, Row, http_error_kind)
 from loadgen.offload import OFFLOAD_READS, in_worker
 from loadgen.transport import TransportError
 
@@ -50,7 +50,7 @@ class Runner:
         self.dispatched = 0
         self._dispatch_done = False
         self._idle = asyncio.Event()
-        self._cut_off_as = (INTERRUPTED, "interrupted")
+        self._cut_off_as = (INTERRUPTED, ErrorKind.INTERRUPTED)
         self._sessions_init(next_body)
 
     async def run(self, stop: asyncio.Event) -> str:
@@ -68,9 +68,9 @@ class Runner:
             dispatcher.cancel()
             await asyncio.gather(dispatcher, return_exceptions=True)
             if stop.is_set():
-                await self._cut_off(INTERRUPTED, "interrupted", CANCELLED)
+                await self._cut_off(INTERRUPTED, ErrorKind.INTERRUPTED, CANCELLED)
                 return "interrupted"
-            await self._cut_off(TIMEOUT, "drain_timeout", DROPPED)
+            await self._cut_off(TIMEOUT, ErrorKind.DRAIN_TIMEOUT, DROPPED)
             return "complete"
         finally:
             dispatcher.cancel()
@@ -137,42 +137,30 @@ class Runner:
             async with asyncio.timeout(self.request_timeout_s):
                 headers = {**self.headers, "X-Request-Id": row.request_id}
                 async with self.transport.post(self.backend.path, headers, body, row) as resp:
-                    row.response_ns = now()
                     row.http_status = resp.status
                     if resp.status != 200:
                         detail = (await resp.read()).decode("utf-8", "replace")
-                        row.fail(HTTP_ERROR, f"http_{resp.status}", detail)
+                        row.fail(HTTP_ERROR, http_error_kind(resp.status), detail)
                     else:
                         streamed = True
-                        stamped = getattr(resp, "stamped", None)
-                        if stamped is not None:
-                            # rawhttp: the protocol callback already stamped each read (its hot path).
-                            t, data = await stamped()
-                            read_t, reads = t, data
-                            if resp.error is not None:
-                                raise resp.error
-                        else:
-                            # The hot path: one clock read and two appends per read; parsing comes later.
-                            async for data in resp.reads():
-                                read_t.append(now())
-                                reads.append(data)
+                        read_t, reads = await resp.stamped()  # stamped by the transport as reads land
             end_ns = now()
             if streamed and len(reads) > OFFLOAD_READS:
                 # A long stream is interpreted in a worker thread (loadgen/offload.py says why).
                 interpreted = True
                 await in_worker(self.backend.interpret, row, read_t, reads)
         except TimeoutError:
-            row.fail(TIMEOUT, "request_timeout", f"no complete response within {self.request_timeout_s:g}s")
+            row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT, f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:
             row.fail(CONNECTION_ERROR, e.kind, e.detail)
         except asyncio.CancelledError:
             row.fail(*self._cut_off_as)
         except Exception as e:  # an unexpected client-side failure still yields the row
-            row.fail(CONNECTION_ERROR, "client_error", f"{type(e).__name__}: {e}")
+            row.fail(CONNECTION_ERROR, ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}")
         finally:
             row.done_ns = end_ns or now()
-            if streamed and not reads and hasattr(resp, "received"):
-                read_t, reads = resp.received()  # rawhttp cut off mid-stream: keep what already arrived
+            if streamed and not reads:
+                read_t, reads = resp.received()  # cut off mid-stream: keep what had already arrived
             if streamed and not interpreted:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
@@ -204,7 +192,7 @@ class Runner:
         nxt = self.rows[j]
         if row.outcome != OK:
             while True:  # the conversation ends here: every later turn is dropped
-                nxt.fail(DROPPED, "session_broken", f"turn {row.turn} of this conversation ended {row.outcome}")
+                nxt.fail(DROPPED, ErrorKind.SESSION_BROKEN, f"turn {row.turn} of this conversation ended {row.outcome}")
                 self.recorder.finish(nxt)
                 self._turn_settled()
                 k = self._next_turn.get(j)

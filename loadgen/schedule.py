@@ -73,6 +73,10 @@ def _arrivals(config: RunConfig, trace) -> np.ndarray:
     a = config.arrivals
     seed = int(np.random.default_rng(sub_seed(config.seed, _ARRIVAL_STREAM)).integers(2**63))
     bound = {"n": config.requests} if config.requests is not None else {"duration_ns": config.duration_ns}
+    if config.concurrency or a.rate_per_s == float("inf"):
+        # Closed loop: all due at t0; a closed loop's runner re-times each row when a user
+        # is free (closedloop.py), rate = inf leaves them to --max-concurrency.
+        return np.zeros(config.requests, dtype=np.int64)
     if a.process == "trace":
         t = config.trace
         return arrivals.replay(trace.timestamps_ns, time_scale=t.time_scale, rate_per_s=t.rate_per_s,
@@ -223,7 +227,7 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_
     think = lengths.sample(s.think_ms, total, sub_seed(config.seed, _THINK_STREAM)) * 1_000_000
     prefix_tokens = config.prefix.tokens if config.prefix else 0
     # In a conversation, [prompt] tokens is every turn's new user message, the first one's included: the
-    # shared prefix (a system prompt) and the history come on top of it (issue 15).
+    # shared prefix (a system prompt) and the history come on top of it.
     first_new = first_prompt
     if config.prefix is not None:
         group_of_session, _ = _assign_prefix(config, first_prompt.copy(), k)

@@ -71,7 +71,8 @@ def frame(rows: list[tuple[int, str, str, float]]) -> pl.DataFrame:
 
 class Scraper:
     def __init__(self, base_url: str, t0_ns: int, interval_ns: int = 500_000_000,
-                 headers: dict[str, str] | None = None, tls=True):
+                 headers: dict[str, str] | None = None, tls=True, *, now_ns=time.monotonic_ns):
+        self.now_ns = now_ns
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
         self.tls = tls  # aiohttp's ssl= (client_options.py)
         self.t0_ns, self.interval_s = t0_ns, interval_ns / 1e9
@@ -84,7 +85,7 @@ class Scraper:
         try:
             async with session.get(self.url, headers=self.headers, ssl=self.tls) as resp:
                 text = await resp.text()
-                t = time.monotonic_ns() - self.t0_ns
+                t = self.now_ns() - self.t0_ns
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")
             self.texts.append((t, text))

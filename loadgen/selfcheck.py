@@ -6,13 +6,16 @@ The invalid-run rule (any one makes the run `invalid`, exit 3, reasons in manife
    cap, recorded as slot_wait, not the generator falling behind), over the measured (non-warm-up) rows,
    so the figure equals the summary's send_lag p99.
 2. achieved rate departs from the offered rate by more than `rate_tolerance` (default 2 %, relative;
-   `run.max_rate_deviation`, `--max-rate-deviation`): rate = (n - 1) / span, over dispatch times vs
-   intended times.
-3. arrival shape: the coefficient of variation (CV) of the dispatch gaps departs from the CV of the
+   `run.max_rate_deviation`, `--max-rate-deviation`): rate = (n - 1) / span, over release times vs
+   intended times. A request's release time is when the generator let it go: dispatched - slot_wait.
+   A --max-concurrency cap that binds delays dispatches by design (the user's cap, its waits recorded
+   as slot_wait and in ttft), so it never marks the run invalid by itself.
+3. arrival shape: the coefficient of variation (CV) of the release gaps departs from the CV of the
    planned gaps by more than `cv_tolerance` (default 0.1, absolute; `run.max_cv_deviation`,
    `--max-cv-deviation`; Poisson must stay ~1, constant ~0).
-Rules 2 and 3 need at least MIN_GAPS gaps (fewer say nothing about a rate or a shape).
-Rules 2 and 3 include warm-up rows: the generator must keep the whole schedule, measured or not.
+Rules 2 and 3 need at least MIN_GAPS gaps (fewer say nothing about a rate or a shape), include warm-up
+rows (the generator must keep the whole schedule, measured or not), and apply only to an open loop: in
+a closed loop (closedloop.py) the rate is what the server's replies make it.
 
 Overdue requests: the dispatcher never skips or reshuffles the plan. A request whose deadline has passed
 (the loop was busy) is sent at once, in plan order, with its lag recorded; several overdue requests
@@ -48,7 +51,8 @@ def limits_of(config) -> Limits:
 
 
 def check(intended_ns: np.ndarray, dispatched_ns: np.ndarray, slot_wait_ns: np.ndarray | None = None,
-          limits: Limits = Limits(), measured: np.ndarray | None = None) -> tuple[list[str], dict]:
+          limits: Limits = Limits(), measured: np.ndarray | None = None,
+          open_loop: bool = True) -> tuple[list[str], dict]:
     """intended/dispatched: int64 ns of the dispatched rows (same order); slot_wait: 0 where none;
     measured: False for warm-up rows (left out of the send-lag figures, as in the summary).
     Returns (reasons, stats); reasons is empty when the schedule was kept."""
@@ -70,10 +74,11 @@ def check(intended_ns: np.ndarray, dispatched_ns: np.ndarray, slot_wait_ns: np.n
         reasons.append(f"send_lag p99 is {p99 / 1e6:.2f} ms (> {limits.max_send_lag_p99_ns / 1e6:g} ms; "
                        f"{stats['overdue']} requests later than that): the generator could not keep the "
                        f"schedule, so latencies describe the client, not the server; {ADVICE}")
-    offered, achieved = metrics.rate_per_s(intended), metrics.rate_per_s(dispatched)
-    cv_plan, cv_sent = metrics.gap_cv(intended), metrics.gap_cv(dispatched)
+    released = dispatched - wait
+    offered, achieved = metrics.rate_per_s(intended), metrics.rate_per_s(released)
+    cv_plan, cv_sent = metrics.gap_cv(intended), metrics.gap_cv(released)
     stats.update(offered_per_s=offered, achieved_per_s=achieved, cv_plan=cv_plan, cv_dispatch=cv_sent)
-    if intended.size - 1 < limits.min_gaps:
+    if intended.size - 1 < limits.min_gaps or not open_loop:
         return reasons, stats
     if offered and achieved and abs(achieved / offered - 1) > limits.rate_tolerance:
         reasons.append(f"achieved rate {achieved:.1f}/s departs from the offered {offered:.1f}/s by "

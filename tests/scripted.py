@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+from array import array
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -58,19 +59,27 @@ class Script:
 
 
 class _Response:
+    # The transport.Response contract: reads stamped with the loop's (virtual) time as they land.
     def __init__(self, script: Script):
         self.status, self._script = script.status, script
+        self._t, self._data = array("q"), []
 
     async def read(self) -> bytes:
         return b"".join(data for _, data in self._script.steps)
 
-    async def reads(self):
+    async def stamped(self):
+        loop = asyncio.get_running_loop()
         for delay_s, data in self._script.steps:
             if delay_s:
                 await asyncio.sleep(delay_s)
-            yield data
+            self._t.append(round(loop.time() * 1e9))
+            self._data.append(data)
         if self._script.fail:
             raise TransportError(self._script.fail, "scripted failure")
+        return self._t, self._data
+
+    def received(self):
+        return array("q", self._t), list(self._data)
 
 
 class ScriptedTransport:
@@ -86,6 +95,7 @@ class ScriptedTransport:
         script = self.script_for(headers["X-Request-Id"])
         if script.headers_s:
             await asyncio.sleep(script.headers_s)
+        row.response_ns = round(loop.time() * 1e9)
         yield _Response(script)
 
 

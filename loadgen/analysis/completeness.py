@@ -1,5 +1,5 @@
 """What a results folder is missing: a run killed with SIGKILL (or a crash, or a full disk) leaves its
-flushed parts and a manifest whose status is still `running` (issue 15).
+flushed parts and a manifest whose status is still `running`.
 
 `lost(run)` is None for a run that finished; otherwise it says what was planned and what was found:
 {"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,

@@ -47,7 +47,7 @@ from __future__ import annotations
 import polars as pl
 
 from loadgen import metrics
-from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls, gaps
+from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls
 from loadgen.analysis.steps import scheduled_ns
 from loadgen.results import Run
 
@@ -101,18 +101,22 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         .then(pl.col("server_queue_ms"))
         .otherwise((server_side - pl.col("prefill_ms")).clip(lower_bound=0)),
     ).collect()
+    g = metrics.gap_arrays(run.tokens, d["request_id"])  # shared by the ideal ITL and the stall attribution
     if itl is None:
-        itl = pl.lit(_fastest_itl_ms(run.tokens, d["request_id"]))
+        itl = pl.lit(_fastest_itl_ms(g))
     d = d.with_columns(decode_ideal_ms=(itl * (pl.col("output_tokens") - 1).clip(lower_bound=0)))
     if "_idle_ms" in d.columns:
         d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
                            .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
                            .otherwise(pl.col("prefill_ms")))
     rule = rule or StallRule.for_run(run.manifest)
-    stalls = attribute_stalls(run.tokens, d, rule)
+    stalls = attribute_stalls(run.tokens, d, rule, g)
+    del g
+    # sorted before the stall lists join it: sorting after would copy every list (GBs on a 10 M-chunk run)
+    d = d.sort("intended_ns")
     # Stalls are at most the decode time beyond the ideal, less what the client's own read lateness can
     # add to a stream's last stamp (rule.client_lateness_ns; ~0 on a quiet host).
-    d = d.join(stalls, on="request_id", how="left").with_columns(
+    d = d.join(stalls, on="request_id", how="left", maintain_order="left").with_columns(
         pl.col("stall_causes").fill_null(pl.lit([], pl.List(pl.String))),
         decode_stalls_ms=pl.min_horizontal(
             pl.col("stall_ms").fill_null(0.0),
@@ -123,12 +127,12 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("slot_wait_ms") - pl.col("connect_ms")
         - pl.col("queue_ms").fill_null(0) - pl.col("prefill_ms").fill_null(0) - pl.col("decode_ms"),
     )
-    return d.select(*COLUMNS, *EXTRA).sort("intended_ns")
+    return d.select(*COLUMNS, *EXTRA)
 
 
-def _fastest_itl_ms(tokens: pl.DataFrame, ids: pl.Series) -> float:
-    g = gaps(tokens.filter(pl.col("request_id").is_in(ids.implode())))
-    per = g.group_by("rid").agg((pl.col("gap_ns") / pl.col("k")).median().alias("m"))
+def _fastest_itl_ms(g: metrics.Gaps) -> float:
+    per = (pl.DataFrame({"rid": g.owner, "itl_ns": g.gap_ns / g.k})
+           .group_by("rid").agg(pl.col("itl_ns").median().alias("m")))
     return float(per["m"].quantile(0.05) or 0.0) / NS_PER_MS if per.height else 0.0
 
 

@@ -27,6 +27,8 @@ KV_FULL = 0.95
 STALL_SHARE = 0.10
 TTFT_GROWTH = 1.5
 CEILING_FRACTION = 0.5
+# The command the overload remedy recommends (tests/unit/test_diagnose.py parses it with the CLI's parser).
+SWEEP_COMMAND = "loadgen sweep WORKLOAD.toml --start 1/s --refine 3"
 
 
 @dataclass
@@ -78,8 +80,8 @@ def overload(f: Facts) -> dict | None:
     return {"rule": "overload", "finding": f"{q:.0%} of mean TTFT is queueing{seen}: requests arrive faster "
             "than the server completes them, or a concurrency cap (max-num-seqs) holds them back.",
             "evidence": {"queue_share_of_ttft": q, "max_kv_usage": f.max_kv_usage, "max_waiting": f.max_waiting},
-            "remedy": "Lower the request rate to below the saturation point (loadgen sweep), raise max-num-seqs "
-                      "if memory allows, or add replicas."}
+            "remedy": "Lower the request rate to below the saturation point (find it with `" + SWEEP_COMMAND
+                      + "`), raise max-num-seqs if memory allows, or add replicas."}
 
 
 def prefill_stalls(f: Facts) -> dict | None:

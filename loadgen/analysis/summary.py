@@ -35,9 +35,8 @@ def latency_columns(requests: pl.LazyFrame | pl.DataFrame):
 
 def itl_ns(tokens: pl.DataFrame, request_ids: pl.Series) -> np.ndarray:
     """Per-token ITL samples in ns of these requests (metrics.py's rule)."""
-    g = metrics.request_gaps(tokens.filter(pl.col("request_id").is_in(request_ids.cast(pl.String).implode())))
-    k = g["k"].to_numpy()
-    return np.repeat(g["gap_ns"].to_numpy() / k, k)
+    g = metrics.gap_arrays(tokens, request_ids)
+    return np.repeat(g.gap_ns / g.k, g.k)
 
 
 def itl_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.Series:

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from loadgen.backends.sse import MAX_LINE_BYTES, SSEParser
-from loadgen.recorder import OK, STREAM_ERROR, Row
+from loadgen.recorder import OK, STREAM_ERROR, ErrorKind, Row
 
 
 class Stream:
@@ -68,11 +68,11 @@ class Stream:
         if self.chunk_t:
             row.first_token_ns, row.last_token_ns = self.chunk_t[0], self.chunk_t[-1]
         if self.error is not None:
-            row.fail(STREAM_ERROR, "error_event", self.error)
+            row.fail(STREAM_ERROR, ErrorKind.ERROR_EVENT, self.error)
         elif self.malformed is not None:
-            row.fail(STREAM_ERROR, "malformed_chunk", self.malformed)
+            row.fail(STREAM_ERROR, ErrorKind.MALFORMED_CHUNK, self.malformed)
         elif not ended:
-            row.fail(STREAM_ERROR, "incomplete_stream", f"stream closed before {end_marker}")
+            row.fail(STREAM_ERROR, ErrorKind.INCOMPLETE_STREAM, f"stream closed before {end_marker}")
         elif row.outcome is None:
             row.outcome = OK
 

@@ -42,6 +42,7 @@ def to_text(summary: dict) -> str:
         lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
                       f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
+    lines += _load_and_goodput(summary)
     if "decomposition_ms" in summary:  # written by analysis/explain.py
         from loadgen.report.explain_text import explain_lines
 
@@ -60,3 +61,20 @@ def _f(v: float | None) -> str:
     if v is None:
         return "-"
     return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def _load_and_goodput(summary: dict) -> list[str]:
+    out = []
+    load = summary.get("load") or {}
+    if load.get("loop") == "closed":
+        who = (f"{load['concurrency']} users, think {_f(load.get('think_ms'))} ms" if load.get("concurrency")
+               else f"rate inf, max-concurrency {load.get('max_concurrency') or 'none'}")
+        out += ["", f"CLOSED LOOP ({who}): {load.get('note', '')}"]
+    g = summary.get("goodput")
+    if g:
+        slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in summary.get("slo", {}).items())
+        att = g["attainment"]
+        out += ["", f"goodput    {_f(g['requests_per_s'])} req/s meet every SLO ({slo}); attainment "
+                    f"{'-' if att is None else f'{att:.1%}'} ({g['met']} of {g['requests']})  "
+                    + "  ".join(f"{k} {v:.1%}" for k, v in g["attainment_by_slo"].items() if v is not None)]
+    return out

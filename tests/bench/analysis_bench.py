@@ -5,6 +5,7 @@ the report's own peak resident memory.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,8 @@ CHUNKS_PER_REQUEST = 64
 _MEASURE = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
             "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE); "
             "s = time.perf_counter() - t; "
-            "print(p.returncode, s, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.stderr[-500:])")
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(p.returncode, s, u.ru_maxrss, u.ru_utime + u.ru_stime, p.stderr[-500:])")
 
 
 def make_run(path: Path, chunk_rows: int, seed: int = 0) -> int:
@@ -65,10 +67,12 @@ def run(chunk_rows: int) -> dict:
         path = Path(d)
         n = make_run(path, chunk_rows)
         out = subprocess.run([sys.executable, "-c", _MEASURE, sys.executable, "-m", "loadgen", "report", str(path),
-                              "--format", "json"], capture_output=True, text=True, check=True).stdout.split(" ", 3)
-    rc, seconds, maxrss_kib = int(out[0]), float(out[1]), int(out[2])
-    return {"chunk_rows": n * CHUNKS_PER_REQUEST, "requests": n, "seconds": seconds,
-            "peak_rss_mib": maxrss_kib / 1024, "report_exit": rc, "stderr_tail": out[3].strip() if rc else ""}
+                              "--format", "json"], capture_output=True, text=True, check=True).stdout.split(" ", 4)
+    rc, seconds, maxrss_kib, cpu_s = int(out[0]), float(out[1]), int(out[2]), float(out[3])
+    # cpu_s (user + sys, all threads) says what the report costs when the host is shared and busy
+    return {"chunk_rows": n * CHUNKS_PER_REQUEST, "requests": n, "seconds": seconds, "cpu_s": cpu_s,
+            "peak_rss_mib": maxrss_kib / 1024, "report_exit": rc, "stderr_tail": out[4].strip() if rc else "",
+            "load_average": os.getloadavg()[0]}
 
 
 if __name__ == "__main__":

@@ -167,6 +167,13 @@ def header() -> str:
     return " ".join(f"{h:>{w}}" if i > 1 else f"{h:<{w}}" for i, (h, w) in enumerate(zip(HEADS, widths)))
 
 
+def cpu_ratios(results: list[dict]) -> dict[tuple[str, float], float]:
+    """loadgen's CPU per streamed chunk over the bare client's, per case run by both."""
+    cpu = {(r["kind"], r["rate_per_s"], r["client"]): r.get("cpu_us_per_chunk") for r in results}
+    return {(k, rate): v / cpu[(k, rate, "bare")] for (k, rate, c), v in cpu.items()
+            if c == "loadgen" and v and cpu.get((k, rate, "bare"))}
+
+
 def main() -> int:
     acc_s = float(os.environ.get("BENCH_ACCURACY_S", "15"))
     cap_s = float(os.environ.get("BENCH_CAPACITY_S", "6"))
@@ -190,15 +197,22 @@ def main() -> int:
             continue
         results.append(r)
         print(fmt_row(r), flush=True)
+    ratios = cpu_ratios(results)
+    for (kind, rate), ratio in ratios.items():
+        print(f"cpu per chunk, loadgen / bare, {kind} {rate:g} req/s (same run): {ratio:.2f}x (target <= 1.5x)",
+              flush=True)
     analysis = None
     rows = int(os.environ.get("BENCH_ANALYSIS_ROWS", "10000000"))
     if rows:
         analysis = analysis_bench.run(rows)
         print(f"\nanalysis: loadgen report of {analysis['chunk_rows']:,} chunk rows "
               f"({analysis['requests']:,} requests): "
-              f"{analysis['seconds']:.1f} s, peak RSS {analysis['peak_rss_mib']:.0f} MiB", flush=True)
+              f"{analysis['seconds']:.1f} s (CPU {analysis['cpu_s']:.1f} s, load average "
+              f"{analysis['load_average']:.1f}), peak RSS {analysis['peak_rss_mib']:.0f} MiB (target <= 10 s, "
+              f"<= 2048 MiB)", flush=True)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "cases": results, "analysis": analysis,
+           "cpu_ratio_vs_bare": {f"{k} {r:g}": v for (k, r), v in ratios.items()},
            "load_average_at_end": os.getloadavg()}
     (HERE / "results.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(f"wrote {HERE / 'results.json'}")

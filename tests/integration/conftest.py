@@ -18,7 +18,10 @@ def fixed_sim(tmp_path_factory):
     sim.stop()
 
 
-def workload(tmp_path, *, rate="20/s", requests=60, max_tokens=32, api="completions", extra="") -> str:
+def workload(tmp_path, *, rate="20/s", requests=60, max_tokens=32, api="completions", extra="",
+             tokenizer="auto") -> str:
+    # tokenizer "approximate" for servers without a /tokenize (test doubles): the run then asks for
+    # approximate lengths, so they do not make it invalid
     p = tmp_path / "w.toml"
     p.write_text(textwrap.dedent(f"""
         model = "sim"
@@ -37,6 +40,7 @@ def workload(tmp_path, *, rate="20/s", requests=60, max_tokens=32, api="completi
         max_cv_deviation = 100
         [prompt]
         tokens = {{ dist = "uniform", min = 16, max = 64 }}
+        tokenizer = "{tokenizer}"
         [output]
         tokens = {max_tokens}
         """) + extra)

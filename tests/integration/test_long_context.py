@@ -1,4 +1,4 @@
-"""Long contexts (issue 15): 128k-token prompts and 32k-token outputs do not inflate the client's TTFT
+"""Long contexts: 128k-token prompts and 32k-token outputs do not inflate the client's TTFT
 or ITL. Each chunk's read stamp is compared with the simulator's send time of that token (truth file,
 same monotonic clock): the lag stays small and does not grow along a 32k-token stream (a client whose
 read path fell behind, e.g. small read buffers, would show a lag growing with the stream)."""
@@ -37,6 +37,8 @@ def test_128k_prompt_32k_output_against_truth(tmp_path):
         assert lag_ms.min() >= 0
         # TTFT as the client saw it vs the server's first send: within a couple of ms
         assert lag_ms[0] < 10, lag_ms[0]
-        # no lag that grows along the stream: the last 1000 tokens read as promptly as the first 1000
+        # no lag that grows along the stream: the last 1000 tokens read as promptly as the first 1000,
+        # within 2 ms beyond what the host itself made the client late (the run's loop lateness p99)
         early, late = np.median(lag_ms[:1000]), np.median(lag_ms[-1000:])
-        assert np.median(lag_ms) < 2 and late - early < 2, (early, late, np.percentile(lag_ms, 99))
+        host_ms = run.manifest["generator"]["loop_lateness_ms"]["p99"]
+        assert np.median(lag_ms) < 2 + host_ms and late - early < 2 + host_ms, (early, late, host_ms)

@@ -1,5 +1,5 @@
 """Tokenize shapes, server detection and the prompt-length verdict against the simulator emulating vLLM
-(default) and llama.cpp (`--emulate llamacpp`), and against servers that never answer (issue 12)."""
+(default) and llama.cpp (`--emulate llamacpp`), and against servers that never answer."""
 from __future__ import annotations
 
 import io
@@ -138,7 +138,7 @@ def test_inexact_lengths_are_loud_and_exit_4(fixed_sim, tmp_path):
         vocab_size=280, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     tok.save(str(tmp_path / "tokenizer.json"))
     wl = workload(tmp_path, requests=8, rate="30/s", max_tokens=4)
-    text = open(wl).read().replace("[prompt]\n", '[prompt]\ntokenizer = "local"\ntokenizer_file = "tokenizer.json"\n')
+    text = open(wl).read().replace('tokenizer = "auto"\n', 'tokenizer = "local"\ntokenizer_file = "tokenizer.json"\n')
     open(wl, "w").write(text)
     out = tmp_path / "inexact"
     p = loadgen("run", wl, "--url", fixed_sim.url, "--out", str(out), "--no-calibrate")
@@ -152,7 +152,7 @@ def test_inexact_lengths_are_loud_and_exit_4(fixed_sim, tmp_path):
 
 def test_asked_approximate_is_a_note_and_exit_0(fixed_sim, tmp_path):
     wl = workload(tmp_path, requests=6, rate="30/s", max_tokens=4)
-    text = open(wl).read().replace("[prompt]\n", '[prompt]\ntokenizer = "approximate"\n')
+    text = open(wl).read().replace('tokenizer = "auto"\n', 'tokenizer = "approximate"\n')
     open(wl, "w").write(text)
     out = tmp_path / "approx"
     p = loadgen("run", wl, "--url", fixed_sim.url, "--out", str(out), "--no-calibrate")

@@ -1,4 +1,4 @@
-"""Defect 1 (issue 15): a request cut off mid-stream keeps the tokens it had received, with the raw
+"""Defect 1: a request cut off mid-stream keeps the tokens it had received, with the raw
 transport as with aiohttp. A loopback server sends the head and 3 token events, then stalls forever."""
 from __future__ import annotations
 

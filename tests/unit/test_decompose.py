@@ -102,3 +102,17 @@ def test_aggregates_tail_windows_and_lengths():
     assert [w["n"] for w in windows] == [5, 5] and windows[1]["t_s"] == 5.0
     bins = by_prompt_tokens(d, bins=2)
     assert [b["n"] for b in bins] == [5, 5] and bins[0]["ttft_p50"] < bins[1]["ttft_p50"]
+
+
+def test_a_stall_no_longer_than_the_clients_own_lateness_is_not_counted():
+    # v's gap 6 holds q's first token and 9 ms of excess, but v's whole decode is only 4 ms beyond its
+    # ideal (its other gaps were read early): on a host whose loop ran 5 ms late at p99 that is client
+    # jitter; on a quiet host it is a stall (of at most those 4 ms).
+    v = stream(0, 12, 10, {6: 9})
+    v[8:] = [t - 5 for t in v[8:]]
+    reqs = [{"id": "v", "tokens": v}, {"id": "q", "intended": 40, "tokens": [55.0, 555.0]}]
+    cal = {"prefill_ms": {"coef": [0.0, 0.1]}, "itl_ms": {"coef": [10.0]}}
+    quiet = row(decompose(make_run(reqs), cal), "v")
+    busy = row(decompose(make_run(reqs, {"generator": {"loop_lateness_ms": {"p99": 5.0}}}), cal), "v")
+    assert quiet["decode_ms"] - quiet["decode_ideal_ms"] == pytest.approx(4.0)
+    assert quiet["decode_stalls_ms"] == pytest.approx(4.0) and busy["decode_stalls_ms"] == 0.0

@@ -58,3 +58,18 @@ def test_metrics_facts_take_the_peaks():
                 (1, "vllm:kv_cache_usage_perc", "", 0.97), (2, "vllm:num_requests_running", "", 9.0)])
     assert dg.facts_from_metrics(df) == (4.0, 0.97)
     assert dg.facts_from_metrics(None) == (None, None)
+
+
+def test_the_overload_remedy_names_a_command_that_exists():
+    # the remedy used to recommend `loadgen sweep`, which did not exist. The command it names
+    # now must parse with loadgen's own parser (a sweep from 1/s to the knee).
+    import shlex
+
+    from loadgen.cli import build_parser
+
+    finding = dg.overload(Facts(mean={"queue": 80.0}, ttft_mean_ms=100.0, by_prompt=[]))
+    assert dg.SWEEP_COMMAND in finding["remedy"]
+    argv = shlex.split(dg.SWEEP_COMMAND)
+    assert argv[0] == "loadgen"
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "sweep" and args.start == "1/s" and args.refine == "3"

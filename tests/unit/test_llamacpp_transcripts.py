@@ -1,5 +1,5 @@
 """Real llama-server answers, replayed from byte transcripts (tests/data/llamacpp/, no sockets), through
-the backends, the tokenize-answer reader and the server detection (issue 12)."""
+the backends, the tokenize-answer reader and the server detection."""
 from array import array
 
 import pytest
@@ -48,7 +48,7 @@ def test_tokenize_answers():
     assert special.json()["tokens"][1:] == plain.json()["tokens"]
     for other in ("tokenize_vllm_shape", "tokenize_vllm_chat_shape", "tokenize_tgi_shape"):
         t = Transcript("llamacpp", other)
-        # 200 with no tokens: taken as a count of 0 before issue 12; now not plausible, so never used
+        # 200 with no tokens: taken as a count of 0 once; now not plausible, so never used
         assert t.status == 200 and t.json() == {"tokens": []}
         n = tokens_in("vllm" if "vllm" in other else "tgi", t.status, t.body)
         assert not plausible(TEXT, n)

@@ -1,5 +1,7 @@
 """The option table (loadgen/options.py): every flag documented, every value validated with the workload,
 all problems at once, run options through the same route as workload keys."""
+from pathlib import Path
+
 import pytest
 
 from loadgen import config
@@ -45,3 +47,8 @@ def test_run_options_and_workload_flags_are_reported_together(tmp_path):
 def test_flags_land_in_the_run_config(tmp_path, flags, expected):
     c = config.load(write(tmp_path, GOOD), flags)
     assert {k: getattr(c, k) for k in expected} == expected
+
+
+def test_every_option_is_documented_in_docs_cli_md():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    assert [o.flag for o in OPTIONS if f"`{o.flag}" not in text] == []

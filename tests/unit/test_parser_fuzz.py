@@ -1,4 +1,4 @@
-"""Fuzz targets (issue 15): the raw HTTP response parser and the SSE / NDJSON stream interpreters take
+"""Fuzz targets: the raw HTTP response parser and the SSE / NDJSON stream interpreters take
 any bytes, split at any points, and end with a named outcome, never another exception or a hang:
 oversized lines and heads, invalid UTF-8, bad chunk sizes, bodies that never end."""
 from __future__ import annotations

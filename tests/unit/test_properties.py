@@ -1,4 +1,4 @@
-"""Property tests (issue 15): any workload TOML built from the documented keys, with good and bad values,
+"""Property tests: any workload TOML built from the documented keys, with good and bad values,
 loads into a RunConfig or fails with ConfigError naming what is wrong, and a loaded one plans; any rows
 in the four trace formats read into a sorted trace or fail with TraceError naming lines, and with
 skip_bad_rows every row is either kept or counted. Never another exception."""

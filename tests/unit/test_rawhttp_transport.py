@@ -6,6 +6,7 @@ import asyncio
 import pytest
 
 from loadgen.rawhttp import RawHttpTransport
+from loadgen.errors import TransportError
 from loadgen.recorder import Row
 from tests.scripted import ScriptedNetwork, run_virtual
 
@@ -32,8 +33,11 @@ def exchange(answer, requests=1):
             for i in range(requests):
                 row = Row(i, f"r{i}", 0, 1, 1)
                 async with t.post("/v1/completions", {"X-Request-Id": row.request_id}, b"{}", row) as resp:
-                    stamps, reads = await resp.stamped()
-                    kind = resp.error.kind if resp.error else None
+                    try:
+                        stamps, reads = await resp.stamped()
+                        kind = None
+                    except TransportError as e:
+                        (stamps, reads), kind = resp.received(), e.kind
                     out.append((row, resp.status, [s / 1e6 for s in stamps], reads, kind))
         return out
 
@@ -66,7 +70,8 @@ def test_reads_are_stamped_where_they_land(answer, want_reads, want_ms, head_ms,
 
 
 def test_a_body_cut_short_is_a_reset_that_keeps_what_arrived():
-    # two events arrive, then the peer closes mid-body: the error is typed and both reads are kept
+    # two events arrive, then the peer closes mid-body: stamped() raises a typed error and received()
+    # still holds both reads, with their stamps
     results, _ = exchange(lambda req: [(0.05, HEAD + chunk(EV[0])), (0.06, chunk(EV[1])), (0.08, None)])
     row, status, stamps_ms, reads, kind = results[0]
     assert status == 200 and kind == "reset"

@@ -64,3 +64,26 @@ def test_too_few_requests_say_nothing_about_rate_or_shape():
     sent[-1] += 4 * MS  # 40 % rate error on 9 gaps; lag still under 5 ms
     assert check(plan, sent)[0] == []
     assert check(np.empty(0, np.int64), np.empty(0, np.int64))[0] == []
+
+
+def test_a_binding_concurrency_cap_does_not_make_the_run_invalid():
+    # 100/s offered through a cap that carries ~50/s. Each request leaves when a slot frees,
+    # so dispatch gaps are 20 ms apart (rate halved, CV ~0) and the waits grow; on the old code the rate
+    # and shape rules fired ("add workers"). The waits are the user's cap, recorded as slot_wait.
+    plan = poisson_plan(n=500, rate=100)
+    dispatched = np.maximum.accumulate(np.maximum(plan, plan[0] + np.arange(plan.size) * 20 * MS))
+    wait = dispatched - plan
+    reasons, stats = check(plan, dispatched, wait)
+    assert wait.max() > 1000 * MS  # the cap really bound
+    assert reasons == [], reasons
+    assert stats["achieved_per_s"] == pytest.approx(stats["offered_per_s"])
+
+
+def test_a_closed_loop_is_judged_on_send_lag_only():
+    # A closed loop's rate is an outcome (the server's replies), not a plan to keep.
+    plan = poisson_plan(rate=1000)
+    sent = plan + np.arange(plan.size) * 100_000
+    assert any("achieved rate" in r for r in check(plan, sent, limits=Limits(max_send_lag_p99_ns=10**12))[0])
+    assert check(plan, sent, limits=Limits(max_send_lag_p99_ns=10**12), open_loop=False)[0] == []
+    late = plan + 8 * MS
+    assert any("send_lag" in r for r in check(plan, late, open_loop=False)[0])

@@ -57,7 +57,7 @@ def test_tokenize_answers_by_shape():
 
 
 def test_an_empty_token_list_for_text_is_not_a_count():
-    # llama-server answers the vLLM shape with {"tokens": []}: once taken as 0 tokens (issue 12).
+    # llama-server answers the vLLM shape with {"tokens": []}: once taken as 0 tokens.
     n = tokens_in("vllm", 200, b'{"tokens":[]}')
     assert n == 0 and not plausible("kalo mine", n)
     assert plausible("", 0) and plausible("kalo mine", 3) and not plausible("ab", 40) and not plausible("a", None)

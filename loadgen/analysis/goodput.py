@@ -1,0 +1,121 @@
+"""Service-level objectives, attainment and goodput (DistServe's definition: requests per second that
+meet every SLO).
+
+An SLO spec is `--slo ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]`: upper bounds, each on one
+per-request value (loadgen.analysis.summary.latency_columns defines ttft, tpot, e2e):
+  ttft      first_token - intended (so a request that waited in the client or the server counts)
+  tpot      (last_token - first_token) / (output_tokens - 1)
+  e2e       last_token - intended
+  itl_p99   the request's own p99 inter-token latency (nearest rank over its per-token ITL samples)
+A request meets the SLOs when it ended `ok` and every bounded value is <= its bound. tpot and itl_p99
+are vacuously met by a request with a single output token (it has no gap). Failed, dropped and timed-out
+requests meet nothing: attainment = met / measured requests (warm-up excluded), and
+goodput = met / the throughput window (first intended send .. last done, the same window as throughput).
+
+Adds to summary.json (only when an SLO is given, on `report --slo` or recorded by `run --slo`):
+    slo       {"ttft_ms": 500.0, "tpot_ms": 50.0, ...}
+    goodput   {"attainment", "requests_per_s", "met", "requests", "attainment_by_slo": {metric: share}}
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from loadgen import metrics
+from loadgen.units import parse_duration_ns
+
+SLO_METRICS = ("ttft", "tpot", "e2e", "itl_p99")
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """`ttft=500ms,tpot=50ms` -> {"ttft": 500.0, "tpot": 50.0} (ms). ValueError names the bad part."""
+    out: dict[str, float] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"empty SLO {text!r}: expected e.g. 'ttft=500ms,tpot=50ms'")
+    for part in parts:
+        name, sep, value = part.partition("=")
+        name = name.strip().lower()
+        if not sep:
+            raise ValueError(f"{part!r}: expected METRIC=DURATION, e.g. ttft=500ms")
+        if name not in SLO_METRICS:
+            raise ValueError(f"{part!r}: unknown metric {name!r} (one of: {', '.join(SLO_METRICS)})")
+        if name in out:
+            raise ValueError(f"{part!r}: {name} given twice")
+        try:
+            ns = parse_duration_ns(value.strip())
+        except ValueError as e:
+            raise ValueError(f"{part!r}: {e}") from None
+        if ns <= 0:
+            raise ValueError(f"{part!r}: the bound must be > 0")
+        out[name] = ns / 1e6
+    return out
+
+
+def slo_keys(slo_ms: dict[str, float]) -> dict[str, float]:
+    return {f"{m}_ms": v for m, v in slo_ms.items()}
+
+
+def from_keys(recorded: dict) -> dict[str, float]:
+    # The inverse of slo_keys (an SLO recorded in a manifest or summary).
+    return {k[:-3]: float(v) for k, v in recorded.items() if k.endswith("_ms") and k[:-3] in SLO_METRICS}
+
+
+def nearest_rank(values: np.ndarray, p: float) -> float:
+    return metrics.quantiles(values, (p,))[0]
+
+
+def request_itl_samples_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token ITL samples (ms) of the given requests and, per sample, the position of its request in
+    request_ids, sorted by that position (the ITL rule of loadgen/metrics.py)."""
+    ids = request_ids.cast(pl.String)
+    owners = pl.DataFrame({"request_id": ids}).with_row_index("o")
+    g = (metrics.request_gaps(tokens.filter(pl.col("request_id").is_in(ids.implode())))
+         .join(owners, on="request_id").sort("o", "t_ns"))
+    k = g["k"].to_numpy()
+    owner = np.repeat(g["o"].to_numpy().astype(np.int64), k)
+    return np.repeat(g["gap_ns"].to_numpy() / k, k) / metrics.NS_PER_MS, owner
+
+
+def request_itl_p99_ms(tokens: pl.DataFrame, request_ids: pl.Series) -> pl.DataFrame:
+    """request_id -> itl_p99 (ms), the p99 of each request's own per-token ITL samples (null without one)."""
+    samples, owner = request_itl_samples_ms(tokens, request_ids)
+    p99 = np.full(request_ids.len(), np.nan)
+    if owner.size:
+        bounds = np.flatnonzero(np.diff(owner)) + 1
+        for lo, hi in zip(np.concatenate(([0], bounds)), np.concatenate((bounds, [owner.size]))):
+            p99[owner[lo]] = nearest_rank(samples[lo:hi], 0.99)
+    return pl.DataFrame({"request_id": request_ids.cast(pl.String), "itl_p99": p99}).with_columns(
+        pl.col("itl_p99").fill_nan(None))
+
+
+def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> pl.DataFrame:
+    """Per measured request (rows with latency_columns applied): `met` and one `met_<metric>` per SLO."""
+    if "itl_p99" in slo_ms:  # row for row (request_itl_p99_ms keeps the order of the ids it is given)
+        req = req.with_columns(itl_p99=request_itl_p99_ms(tokens, req["request_id"])["itl_p99"])
+    ok = pl.col("outcome") == "ok"
+    cols = {}
+    for m, bound in slo_ms.items():
+        value = pl.col(m)
+        vacuous = value.is_null() if m in ("tpot", "itl_p99") else pl.lit(False)
+        cols[f"met_{m}"] = ok & (vacuous | (value <= bound)).fill_null(False)
+    out = req.with_columns(**cols)
+    return out.with_columns(met=pl.all_horizontal(*cols) if cols else ok)
+
+
+def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+    """req: the measured rows with latency_columns applied (as in summarize)."""
+    m = meets(req, tokens, slo_ms)
+    n = m.height
+    window_ns = None
+    if n and m["done_ns"].drop_nulls().len():
+        window_ns = m["done_ns"].max() - m["intended_ns"].min()
+    met = int(m["met"].sum()) if n else 0
+    return {"attainment": met / n if n else None,
+            "requests_per_s": met * 1e9 / window_ns if window_ns else None,
+            "met": met, "requests": n,
+            "attainment_by_slo": {k: (int(m[f"met_{k}"].sum()) / n if n else None) for k in slo_ms}}
+
+
+def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+    return {"slo": slo_keys(slo_ms), "goodput": goodput(req, tokens, slo_ms)}

@@ -1,0 +1,41 @@
+"""Everything `loadgen report` derives from one results folder, as one call (also used by each sweep
+point and by `loadgen compare`): the summary (summary.py), the explanation (explain.py), the load model
+(closed or open loop) and, when an SLO is known, attainment and goodput (goodput.py).
+
+The SLO is the one given (`report --slo`), else the one the run recorded (`run --slo`, manifest `slo`).
+Writes RUN/summary.json and RUN/decomposition.parquet; raises RooflineError/ValueError on bad options.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from loadgen.analysis import goodput
+from loadgen.analysis.explain import ExplainOptions, explain
+from loadgen.analysis.summary import latency_columns, measured, summarize
+from loadgen.results import Run, Summary, read_run
+
+
+def run_slo(run: Run, slo_ms: dict[str, float] | None) -> dict[str, float] | None:
+    return slo_ms or goodput.from_keys(run.manifest.get("slo") or {}) or None
+
+
+def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[str, float] | None = None,
+          write: bool = True) -> tuple[Run, Summary, pl.DataFrame]:
+    """The run, its summary and its decomposition."""
+    opts = opts or ExplainOptions()
+    run = read_run(run_dir)
+    summary = summarize(run)
+    section, decomposition = explain(run, opts)
+    summary.update(section)
+    # open or closed loop, and goodput under the SLOs (additive keys)
+    summary["load"] = run.manifest.get("load") or {"loop": "open"}
+    slo = run_slo(run, slo_ms)
+    if slo:
+        summary.update(goodput.section(latency_columns(measured(run)), run.tokens, slo))
+    summary.setdefault("config", run.manifest.get("config"))  # the resolved config, shown by every format
+    if write:
+        run.write_decomposition(decomposition)
+        run.write_summary(summary)
+    return run, summary, decomposition

@@ -1,0 +1,165 @@
+"""`loadgen compare` end to end on simulator runs: the token-budget trade-off between TTFT
+and ITL with non-overlapping confidence intervals, --fail-if exit codes, a rerun that is
+indistinguishable from its run, the same-work check, and sweeps compared point by point."""
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+
+from loadgen.sim import profiles as sim_profiles
+from tests.integration.conftest import loadgen, workload
+
+
+def long_prompt_workload(tmp_path) -> str:
+    p = tmp_path / "long.toml"
+    p.write_text(textwrap.dedent("""
+        model = "sim"
+        api = "completions"
+        seed = 7
+        [arrivals]
+        process = "poisson"
+        rate = "6/s"
+        [run]
+        requests = 40
+        drain_timeout = "30s"
+        # the subject is the comparison of two servers, not whether a busy host kept the schedule
+        max_send_lag_p99 = "10s"
+        max_rate_deviation = 10
+        max_cv_deviation = 100
+        [prompt]
+        tokens = 6000
+        tokenizer = "approximate"
+        [output]
+        tokens = 64
+        [request]
+        extra_body = { ignore_eos = true }
+        """))
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def budget_runs(tmp_path_factory):
+    """Runs of one long-prompt workload against the h100-sxm profile with a prefill launch cost of 100 ms
+    (the host time of a forward pass with prompt tokens; the shipped 14.5 ms is hidden under a 2048-token
+    chunk's compute, so chunking would cost TTFT nothing): token budget 2048 (twice) and 16384."""
+    tmp = tmp_path_factory.mktemp("budget")
+    profile = tmp / "h100-launch100.toml"
+    text = (Path(sim_profiles.__file__).parent / "profiles" / "h100-sxm.toml").read_text()
+    assert "prefill_launch_us = 14500" in text
+    profile.write_text(text.replace("prefill_launch_us = 14500", "prefill_launch_us = 100000")
+                       .replace('name = "h100-sxm"', 'name = "h100-launch100"'))
+    w = long_prompt_workload(tmp)
+    runs = {}
+    for name, budget in (("a", 2048), ("a_again", 2048), ("b", 16384)):
+        out = tmp / name
+        p = loadgen("run", w, "--out", str(out), "--no-calibrate", "--quiet", "--sim-args",
+                    f"--profile {profile} --max-num-batched-tokens {budget} --speed 4 --per-request-metrics",
+                    timeout=200)
+        assert p.returncode == 0, p.stderr
+        assert loadgen("report", str(out)).returncode == 0  # decomposition.parquet for the comparison
+        runs[name] = str(out)
+    return runs
+
+
+def compare_json(*args) -> tuple[int, dict]:
+    p = loadgen("compare", *args, "--format", "json")
+    assert p.returncode in (0, 4), p.stderr
+    return p.returncode, orjson.loads(p.stdout)
+
+
+def metric(c: dict, name: str, stat: str) -> dict:
+    return next(m for m in c["metrics"] if m["metric"] == name and m["stat"] == stat)
+
+
+def test_token_budget_trades_itl_for_ttft_with_separate_intervals(budget_runs):
+    rc, r = compare_json(budget_runs["a"], budget_runs["b"])
+    c = r["comparisons"][0]
+    assert c["same_work"]["same"], c["same_work"]
+    ttft, itl = metric(c, "ttft", "p50"), metric(c, "itl", "p99")
+    # 16384 prefills a prompt in one step: TTFT lower, and the CIs of the two runs do not overlap
+    assert ttft["b_ci"][1] < ttft["a_ci"][0] and ttft["verdict"] == "better", ttft
+    # ... but that long step stalls every running stream: p99 ITL higher, CIs apart
+    assert itl["b_ci"][0] > itl["a_ci"][1] and itl["verdict"] == "worse", itl
+    assert rc == 0  # no --fail-if
+
+
+def test_fail_if_exits_4_on_the_worse_side_only(budget_runs):
+    a, b = budget_runs["a"], budget_runs["b"]
+    p = loadgen("compare", a, b, "--fail-if", "p99 itl > +10%")
+    assert p.returncode == 4 and "FAILED" in p.stdout and "p99 itl > +10%" in p.stdout, p.stdout
+    # the same rule, B as the baseline: A's ITL is better, nothing fails
+    assert loadgen("compare", b, a, "--fail-if", "p99 itl > +10%").returncode == 0
+    # and the other side of the trade: A (2048) is worse on TTFT
+    assert loadgen("compare", b, a, "--fail-if", "p50 ttft > +10%").returncode == 4
+    # several rules: one holding is enough
+    assert loadgen("compare", a, b, "--fail-if", "p50 ttft > +10%", "--fail-if", "p99 itl > +10%").returncode == 4
+
+
+def test_a_rerun_is_indistinguishable_from_its_run_on_every_metric(budget_runs):
+    rc, r = compare_json(budget_runs["a"], budget_runs["a_again"], "--fail-if", "p99 ttft > +10%")
+    c = r["comparisons"][0]
+    assert c["same_work"]["same"]
+    judged = {(m["metric"], m["stat"]): m["verdict"] for m in c["metrics"]}
+    assert len(judged) >= 22 and any(k[0].startswith("decomposition.") for k in judged)
+    assert set(judged.values()) == {"indistinguishable"}, [(m["metric"], m["stat"], m["verdict"], m["rel"], m["rel_ci"])
+                                                           for m in c["metrics"] if m["verdict"] != "indistinguishable"]
+    assert rc == 0 and r["failed_rules"] == []
+    assert "moving-block" in r["method"]["resampling"] and r["method"]["resamples"] == 1000
+
+
+def test_runs_that_offered_different_work_are_named_loudly(fixed_sim, tmp_path):
+    runs = []
+    for name, extra in (("a", []), ("b", ["--max-tokens", "16", "--rate", "30/s"])):
+        out = tmp_path / name
+        p = loadgen("run", workload(tmp_path, requests=20, max_tokens=8), *extra, "--url", fixed_sim.url,
+                    "--out", str(out), "--no-calibrate", "--quiet")
+        assert p.returncode == 0, p.stderr
+        runs.append(str(out))
+    p = loadgen("compare", *runs)
+    assert p.returncode == 0
+    fields = [line for line in p.stdout.splitlines() if line.startswith("WARNING: NOT THE SAME WORK")]
+    assert any("max_tokens differs" in f for f in fields) and any("rate differs" in f for f in fields), p.stdout
+    assert "max_tokens differs" in p.stderr
+
+
+def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
+    sweeps = []
+    for name in ("s1", "s2"):
+        out = tmp_path / name
+        p = loadgen("sweep", workload(tmp_path, requests=20, max_tokens=8), "--rates", "10,20/s", "--url",
+                    fixed_sim.url, "--out", str(out), "--no-calibrate", "--quiet")
+        assert p.returncode == 0, p.stderr
+        sweeps.append(str(out))
+    rc, r = compare_json(*sweeps)
+    c = r["comparisons"][0]
+    assert c["kind"] == "sweep" and [q["rate_per_s"] for q in c["points"]] == [10.0, 20.0]
+    assert c["curves"]["knee_per_s"] == {"a": 20.0, "b": 20.0}
+    assert metric(c["points"][0], "ttft", "p50")["verdict"] == "indistinguishable"
+    # a sweep is not a run
+    p = loadgen("compare", sweeps[0], str(tmp_path / "s1" / "rate-10"))
+    assert p.returncode == 2 and "cannot compare a sweep" in p.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    # one input is no comparison
+    (["compare", "{tmp}"], "at least two"),
+    # a folder that holds no run
+    (["compare", "{tmp}", "{tmp}"], "neither a results folder"),
+    # a bad rule is named
+    (["compare", "{tmp}", "{tmp}", "--fail-if", "p99 speed > 1%"], "unknown metric 'speed'"),
+    # a sweep needs its rates
+    (["sweep", "{w}", "--url", "http://127.0.0.1:9"], "give exactly one of --rates"),
+    # max goodput needs SLOs
+    (["sweep", "{w}", "--start", "1/s", "--max-goodput", "--url", "http://127.0.0.1:9"], "--max-goodput needs --slo"),
+    # a bad rate in the list is named
+    (["sweep", "{w}", "--rates", "1,fast/s", "--url", "http://127.0.0.1:9"], "--rates: bad rate"),
+    # the rate is what a sweep varies
+    (["sweep", "{w}", "--rates", "1,2", "--rate", "3/s", "--url", "http://127.0.0.1:9"], "--rate: a sweep sets"),
+    # a closed loop cannot be swept by rate
+    (["sweep", "{w}", "--rates", "1,2", "--concurrency", "2", "--url", "http://127.0.0.1:9"], "unrecognized"),
+])
+def test_bad_sweep_and_compare_input_exits_2(tmp_path, args, message):
+    argv = [a.format(tmp=tmp_path, w=workload(tmp_path)) for a in args]
+    p = loadgen(*argv)
+    assert p.returncode == 2 and message in p.stderr and "Traceback" not in p.stderr, p.stderr
