@@ -7,11 +7,12 @@ token is at the end of the step that completes its prompt, each next token at th
 step. The rows carry requests.parquet's timestamp columns, so TTFT, TPOT and e2e come from
 loadgen.metrics like a measured run's (dispatched = intended: no client lateness is predicted).
 
-The knee follows `loadgen sweep`'s rule: a rate *keeps up* when the completion rate (fitted over the
-last tokens) is within 5 % of the offered rate (fitted over the intended sends); knee.rate_per_s is the
-highest rate that keeps up, found by bisection (KNEE_STEPS steps, geometric, between the sweep's own
-rates when they bracket it, else widened). knee.capacity_per_s is the completion rate when every
-request is offered at once: what the engine sustains past the knee. Workloads with conversations
+The knee is `loadgen sweep`'s (sweep.knee, sweep.keeps_up: a rate keeps up when the completion rate,
+fitted over the last tokens, is within 5 % of the offered rate, fitted over the intended sends), with
+its keys over the given rates, plus knee.bisected_rate_per_s: the same rule bisected (KNEE_STEPS steps,
+geometric) between the given rates, widened until they bracket it, which virtual time makes cheap; and
+knee.capacity_per_s, the completion rate when every request is offered at once (what the engine
+sustains past the knee). Workloads with conversations
 (turns that wait for a reply) are not predicted (the plan's send times depend on replies).
 """
 from __future__ import annotations
@@ -26,8 +27,9 @@ from loadgen import metrics
 from loadgen.errors import InputError
 from loadgen.sim.engine import Engine, EngineConfig
 from loadgen.sim.profiles import Profile
+from loadgen.sweep import fitted_rate_per_s, keeps_up
+from loadgen.sweep import knee as sweep_knee
 
-KNEE_TOLERANCE = 0.05
 KNEE_STEPS = 10
 LATENCIES = ("ttft", "tpot", "e2e")
 
@@ -91,25 +93,16 @@ def simulate(profile: Profile, intended_ns: np.ndarray, prompt_tokens: np.ndarra
         "output_tokens": out, "outcome": np.where(done, "ok", "error")})
 
 
-def fitted_rate_per_s(times_ns) -> float | None:
-    # events/s as 1 / the least-squares slope of the sorted times against their rank (`loadgen sweep`'s)
-    t = np.sort(np.asarray(times_ns, dtype=np.float64))
-    if t.size < 3:
-        return None
-    i = np.arange(t.size, dtype=np.float64)
-    slope_ns = float(np.cov(i, t, bias=True)[0, 1] / np.var(i))
-    return 1e9 / slope_ns if slope_ns > 0 else None
-
-
 def point(rows: pl.DataFrame, warmup: np.ndarray) -> dict:
     """Latency distributions (ms) and rates of one simulated or measured run's rows (ok, not warm-up)."""
     df = metrics.latency_columns(rows.filter(~pl.Series(warmup)), suffix="_ms", names=LATENCIES)
     okr = df.filter(pl.col("outcome") == "ok")
-    offered = fitted_rate_per_s(okr["intended_ns"].to_numpy())
-    completed = fitted_rate_per_s(okr["last_token_ns"].to_numpy())
-    return {"requests": df.height, "ok": okr.height, "offered_per_s": offered, "completed_per_s": completed,
-            "keeps_up": bool(offered and completed and completed >= (1 - KNEE_TOLERANCE) * offered),
-            "latency_ms": {m: metrics.distribution(okr[f"{m}_ms"]) for m in LATENCIES}}
+    p = {"requests": df.height, "ok": okr.height, "valid": True,
+         "offered_per_s": fitted_rate_per_s(okr["intended_ns"].to_numpy()),
+         "completed_per_s": fitted_rate_per_s(okr["last_token_ns"].to_numpy()),
+         "latency_ms": {m: metrics.distribution(okr[f"{m}_ms"]) for m in LATENCIES}}
+    p["keeps_up"] = keeps_up(p)
+    return p
 
 
 class Plan:
@@ -137,34 +130,34 @@ class Plan:
         return point(rows, np.asarray(s.warmup, dtype=bool))
 
 
-def knee(plan: Plan, profile: Profile, rates: list[float]) -> dict:
-    cap = plan.run(profile, rates[0], at_once=True)["completed_per_s"]
+def knee(plan: Plan, profile: Profile, points: list[dict]) -> dict:
+    """`loadgen sweep`'s knee over the given rates (same keys), plus the same rule bisected between
+    them in virtual time and the capacity (every request offered at once)."""
+    out = sweep_knee(points)
+    rates = [p["rate_per_s"] for p in points]
 
     def up(r: float) -> bool:
         return plan.run(profile, r)["keeps_up"]
     lo, hi = min(rates), max(rates)
     while lo > 1e-6 and not up(lo):
         lo /= 2
-    while up(hi):
+    while up(hi) and hi < 1e6:
         lo, hi = hi, hi * 2
-        if hi > 1e6:
-            break
     for _ in range(KNEE_STEPS):
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if up(mid) else (lo, mid)
-    return {"rate_per_s": lo, "first_saturated_per_s": hi, "capacity_per_s": cap, "resolution_rel": hi / lo - 1,
-            "rule": f"highest rate at which the completion rate is within {KNEE_TOLERANCE:.0%} of the offered "
-                    "rate (both fitted over every request), bisected; capacity: completion rate with every "
-                    "request offered at once"}
+    out.update({"bisected_rate_per_s": lo, "bisected_first_saturated_per_s": hi, "bisected_resolution_rel": hi / lo - 1,
+                "capacity_per_s": plan.run(profile, rates[0], at_once=True)["completed_per_s"],
+                "bisected_rule": f"the same rule bisected {KNEE_STEPS} times (geometric) between the given rates, "
+                                 "widened until they bracket it; capacity: completion rate with every request "
+                                 "offered at once"})
+    return out
 
 
 def predict(workload: str, profile: Profile, rates: list[float], overrides: dict | None = None) -> dict:
     plan = Plan(workload, overrides or {})
-    points = []
-    for r in rates:
-        p = plan.run(profile, r)
-        points.append({"rate_per_s": r, **p})
-    return {"profile": profile.name, "workload": workload, "points": points, "knee": knee(plan, profile, rates),
+    points = [{"rate_per_s": r, **plan.run(profile, r)} for r in rates]
+    return {"profile": profile.name, "workload": workload, "points": points, "knee": knee(plan, profile, points),
             "percentiles": metrics.PERCENTILE_RULE}
 
 
@@ -183,7 +176,10 @@ def to_text(d: dict) -> str:
                      f"{f(lat['tpot']['p99'])[1:]} {f(lat['e2e']['p50'])} {f(lat['e2e']['p99'])}  "
                      f"{'yes' if p['keeps_up'] else 'NO'}")
     k = d["knee"]
-    lines.append(f"knee: {k['rate_per_s']:.3g}/s (first saturated {k['first_saturated_per_s']:.3g}/s); "
-                 f"capacity {k['capacity_per_s']:.3g} requests/s")
-    lines.append(f"rule: {k['rule']}")
+
+    def r(v):
+        return "-" if v is None else f"{v:.3g}/s"
+    lines.append(f"knee: {r(k['rate_per_s'])} of the given rates (first saturated {r(k['first_saturated_per_s'])}); "
+                 f"bisected {r(k['bisected_rate_per_s'])}; capacity {r(k['capacity_per_s'])}")
+    lines.append(f"rule: {k['rule']}; {k['bisected_rule']}")
     return "\n".join(lines) + "\n"
