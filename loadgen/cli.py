@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", help="write to this file instead of stdout")
     sub.add_parser("sim", help="the built-in simulated server (see `loadgen sim --help`)", add_help=False)
     _sweep_and_compare_parsers(sub)
+    from loadgen.twin_cli import add_parsers
+
+    add_parsers(sub)  # fit, predict
     return parser
 
 
@@ -194,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command == "compare":
             return _compare(args)
+        if args.command in ("fit", "predict"):
+            from loadgen.twin_cli import fit_command, predict_command
+
+            return (fit_command if args.command == "fit" else predict_command)(args)
         if args.command == "export":
             from loadgen.export import export
 

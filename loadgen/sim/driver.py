@@ -38,10 +38,20 @@ class EngineBackend:
 
     def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
         gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
-        self._seqs[id(gen)] = self.engine.add(gen)  # ValueError: too long for the model/KV pool
+        self.engine.check(gen)  # ValueError: too long for the model/KV pool
         gen.on_cancel = self._cancelled.append
-        self._wake.set()
+        delay_s = self.engine.profile.request_overhead_us * 1e-6 / self.engine.speed
+        if delay_s > 0:  # host time before the engine sees it (profiles.py); truth keeps the real arrival
+            asyncio.get_running_loop().call_later(delay_s, self._admit, gen)
+        else:
+            self._admit(gen)
         return gen
+
+    def _admit(self, gen: EngineGeneration) -> None:
+        if gen.cancelled:
+            return
+        self._seqs[id(gen)] = self.engine.add(gen)
+        self._wake.set()
 
     def state(self) -> dict:
         e = self.engine

@@ -103,15 +103,18 @@ class Engine:
 
     # --- requests in and out
     def add(self, req: Request) -> Seq:
+        self.check(req)
+        seq = Seq(req, order=0)
+        self.waiting.append(seq)
+        return seq
+
+    def check(self, req: Request) -> None:
         if len(req.prompt) + req.max_tokens > min(self.profile.max_model_len, self.cfg.kv_capacity_tokens):
             raise ValueError(f"prompt ({len(req.prompt)} tokens) + max_tokens ({req.max_tokens}) exceeds "
                              f"the model length / KV capacity "
                              f"({min(self.profile.max_model_len, self.cfg.kv_capacity_tokens)} tokens)")
         if len(req.prompt) == 0:
             raise ValueError("the prompt is empty (0 tokens)")
-        seq = Seq(req, order=0)
-        self.waiting.append(seq)
-        return seq
 
     def drop(self, seq: Seq) -> None:  # client gone
         if seq.is_running:

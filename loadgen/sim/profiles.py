@@ -7,12 +7,19 @@ real time):
   compute = (2 * params * tokens_in_step + attn_flops_per_pair * attention_pairs) / compute_flops
   step_ns = max(launch, gpu_ns)   launch = prefill_launch if any prompt token is in the step
                                           else decode_launch
+          + multi_token   if the step computes more than one token (optional, default 0)
 
 kv_tokens_read = sum over the step's sequences of the tokens in their KV cache (context);
 attention_pairs = sum over new tokens of the context they attend to (a prompt chunk of n new
 tokens after c cached ones gives n*c + n*(n+1)/2); attn_flops_per_pair = 4 * layers * hidden.
 `launch` is the host's time to launch the kernels of one forward pass, which overlaps GPU work:
 near zero for decode (CUDA graphs), ~15 ms for an eager prefill in the measured H200 stack.
+
+Two optional keys (default 0) describe engines measured by `loadgen fit` (docs/twin.md):
+multi_token_us, the extra cost of a step that computes more than one token (llama.cpp on a CPU runs a
+one-token step through a matrix-vector path several times cheaper than any larger batch), and
+request_overhead_us, host time per request before the engine sees it (HTTP, tokenization): it delays
+the request's admission, not any step.
 """
 from __future__ import annotations
 
@@ -48,6 +55,9 @@ class Profile:
     max_num_seqs: int
     max_num_batched_tokens: int
     kv_capacity_tokens: int
+    # optional (fit.py): see the module comment
+    multi_token_us: float = 0.0
+    request_overhead_us: float = 0.0
 
     def step_ns(self, tokens: int, seqs: int, kv_tokens_read: int, attention_pairs: int, has_prefill: bool) -> int:
         memory_s = (self.weight_bytes / (self.weight_bandwidth_gb_s * 1e9)
@@ -56,7 +66,8 @@ class Profile:
         compute_s = flops / (self.compute_tflops * 1e12)
         gpu_s = self.overhead_us * 1e-6 + max(memory_s, compute_s) + self.per_seq_us * 1e-6 * seqs
         launch_s = (self.prefill_launch_us if has_prefill else self.decode_launch_us) * 1e-6
-        return round(max(launch_s, gpu_s) * 1e9)
+        multi_s = self.multi_token_us * 1e-6 if tokens > 1 else 0.0
+        return round((max(launch_s, gpu_s) + multi_s) * 1e9)
 
     # the two shapes of the measured table
     def prefill_ns(self, batch: int, prompt: int) -> int:
@@ -67,6 +78,7 @@ class Profile:
 
 
 _SECTIONS = ("model", "step", "engine")
+_OPTIONAL = {"description": "", "multi_token_us": 0.0, "request_overhead_us": 0.0}
 
 
 def shipped_profiles() -> list[str]:
@@ -100,8 +112,8 @@ def load_profile(name_or_file: str) -> Profile:
     for f in fields(Profile):
         v = flat.get(f.name)
         if v is None:
-            if f.name == "description":
-                v = ""
+            if f.name in _OPTIONAL:
+                v = _OPTIONAL[f.name]
             elif f.name == "name":
                 v = path.stem if path.suffix == ".toml" else name_or_file
             else:

@@ -1,0 +1,97 @@
+"""`loadgen fit` against the simulator itself (emulating llama.cpp's /props and timings): the fitted
+profile recovers the simulator's own step model, `loadgen sim --profile FITTED.toml` serves it, and
+`loadgen predict` takes it.
+
+The target profile below is the tiny one with larger per-sequence, KV-read and attention costs, so that every
+coefficient moves the probed times by at least a few hundred microseconds; the simulator runs at
+--speed 0.25 (steps of 4-20 ms: its own timer and HTTP jitter, ~0.1-1 ms on a busy machine, stay small).
+Tolerances (relative, in real time = profile time / speed): the per-token prefill cost, the decode step
+intercept (overhead + weights) and the per-sequence cost within 15 %, the KV-read and attention costs within
+35 % (each is ~10 % of the largest probe it shows in), and every probe predicted within 15 %.
+"""
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from loadgen.fit_model import coefficients
+from loadgen.sim.process import SimProcess
+from loadgen.sim.profiles import load_profile
+from tests.integration.conftest import loadgen
+
+SPEED = 0.25
+TARGET = """
+name = "fit-target"
+model_name = "fit-target-1b"
+max_model_len = 4096
+[model]
+params = 1.0e9
+weight_bytes = 1.0e9
+kv_bytes_per_token = 16384
+layers = 16
+hidden = 8192
+[step]
+overhead_us = 500
+per_seq_us = 250
+weight_bandwidth_gb_s = 1000
+kv_bandwidth_gb_s = 100
+compute_tflops = 100
+prefill_launch_us = 0
+decode_launch_us = 0
+[engine]
+max_num_seqs = 8
+max_num_batched_tokens = 2048
+kv_capacity_tokens = 32768
+"""
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("fit")
+    (d / "target.toml").write_text(TARGET)
+    with SimProcess(args=["--profile", str(d / "target.toml"), "--speed", str(SPEED), "--emulate", "llamacpp"]) as sim:
+        p = loadgen("fit", "--url", sim.url, "--out", str(d / "fitted.toml"), "--format", "json", "--budget", "90s",
+                    timeout=200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return d, orjson.loads(p.stdout)
+
+
+def test_fit_recovers_the_simulators_step_model(fitted):
+    d, report = fitted
+    truth = coefficients(load_profile(str(d / "target.toml")))
+    got = coefficients(load_profile(str(d / "fitted.toml")))
+    assert report["form"] == "roofline", report
+    assert report["limits"] == {"max_num_seqs": 8, "max_model_len": 4096, "max_num_batched_tokens": 2048}
+    assert report["request_overhead_source"] == "server timings"
+
+    def close(a, b, rel):
+        return abs(a - b / SPEED) <= rel * b / SPEED
+    assert close(got.per_token, truth.per_token, 0.15), (got, truth)
+    assert close(got.overhead + got.weights, truth.overhead + truth.weights, 0.15), (got, truth)
+    assert close(got.per_seq, truth.per_seq, 0.15), (got, truth)
+    assert close(got.kv_per_token, truth.kv_per_token, 0.35), (got, truth)
+    assert close(got.per_pair, truth.per_pair, 0.35), (got, truth)
+    assert report["max_abs_rel"] < 0.15, report["residuals"]
+    assert report["probe_s"] <= 90
+
+
+def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):
+    d, _ = fitted
+    with SimProcess(args=["--profile", str(d / "fitted.toml"), "--emulate", "llamacpp"]) as sim:
+        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "again.toml"), "--budget", "60s", timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        assert "form: roofline" in p.stdout and f"wrote {tmp_path / 'again.toml'}" in p.stdout
+    w = tmp_path / "w.toml"
+    w.write_text('model = "m"\napi = "completions"\n[arrivals]\nprocess = "poisson"\nrate = "1/s"\n[run]\n'
+                 'requests = 50\n[prompt]\ntokens = 256\n[output]\ntokens = 16\n')
+    p = loadgen("predict", str(w), "--profile", str(d / "fitted.toml"), "--rates", "1,10,1000")
+    assert p.returncode == 0, p.stderr
+    assert "knee:" in p.stdout and p.stdout.count("\n") >= 6
+
+
+def test_fit_bad_input_and_unreachable(tmp_path):
+    p = loadgen("fit", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "x.json"), "--budget", "soon")
+    assert p.returncode == 2
+    assert "--budget" in p.stderr and "must end in .toml" in p.stderr
+    p = loadgen("fit", "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "x.toml"), "--budget", "5s")
+    assert p.returncode == 2 and "Cannot connect" in p.stderr and "Traceback" not in p.stderr

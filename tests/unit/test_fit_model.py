@@ -1,0 +1,92 @@
+"""loadgen fit's model fitting on synthetic probe samples: samples computed from a known profile with the
+simulator's own step model are fitted back to the same effective coefficients (exactly, up to float
+rounding), in both forms, and the written TOML loads as the same profile."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from loadgen.fit_model import (EngineLimits, coefficients, fit, predicted_step_s, predicted_ttft_s, to_profile,
+                               to_toml, Coefficients)
+from loadgen.fit_probe import DecodeSample, PrefillSample
+from loadgen.sim.profiles import load_profile
+
+PROMPTS = (128, 256, 512, 1024, 2048, 3000)
+
+
+def samples(p, batches=(1, 2, 4, 8), contexts=(16, 1000)):
+    pre = [PrefillSample(n, predicted_ttft_s(p, n)) for n in PROMPTS]
+    dec = []
+    for b in batches:
+        for c in contexts:
+            s = DecodeSample(b, c, 64, 0.0)
+            dec.append(dataclasses.replace(s, step_s=predicted_step_s(p, s)))
+    return pre, dec
+
+
+def limits(p):
+    return EngineLimits(p.model_name, p.max_num_seqs, p.max_num_batched_tokens, p.max_model_len, p.params,
+                        p.weight_bytes)
+
+
+def assert_same(got: Coefficients, want: Coefficients, rel=1e-4):  # step_ns rounds to whole ns
+    for f in dataclasses.fields(Coefficients):
+        assert getattr(got, f.name) == pytest.approx(getattr(want, f.name), rel=rel, abs=1e-12), f.name
+
+
+def test_roofline_profile_recovered_exactly():
+    truth = load_profile("tiny")   # decode memory-bound, prefill (>= 128 tokens) compute-bound
+    pre, dec = samples(truth)
+    r = fit(pre, dec, limits(truth))
+    assert r.form == "roofline"
+    # the ground truth's launch floors are 0: every coefficient comes back
+    assert_same(r.coefficients, coefficients(truth))
+    assert r.max_abs_rel < 1e-5
+
+
+def test_chunked_prompts_counted_per_step():
+    truth = dataclasses.replace(load_profile("tiny"), max_num_batched_tokens=512)
+    pre, dec = samples(truth)
+    r = fit(pre, dec, limits(truth))
+    assert_same(r.coefficients, coefficients(truth))
+
+
+def test_compute_form_with_multi_token_step_and_request_overhead():
+    # a llama.cpp-on-CPU shape: one-token steps cheap, any larger step pays a fixed extra
+    c = Coefficients(overhead=1.3e-3, per_seq=0.7e-3, weights=0.0, kv_per_token=1.5e-6, per_token=0.17e-3,
+                     per_pair=0.34e-6, multi_token=5e-3, request_overhead=2e-3)
+    lim = EngineLimits("m", 2, 2048, 4096, 45e6, 90e6)
+    truth = to_profile(c, lim, "t", "")
+    pre, dec = samples(truth, batches=(1, 2), contexts=(16, 1000))  # ctx 16: decode on the compute branch
+    r = fit(pre, dec, lim, request_overhead_s=2e-3)
+    assert r.form == "compute"
+    assert_same(r.coefficients, coefficients(truth), rel=1e-4)  # hidden is a whole number
+    assert r.alternatives["roofline"] > 10 * r.alternatives["compute"]
+
+
+def test_negative_coefficients_are_held_at_zero():
+    truth = load_profile("tiny")
+    pre, dec = samples(truth)
+    dec = [dataclasses.replace(s, step_s=s.step_s * (0.98 if s.batch == 8 else 1.0)) for s in dec]
+    r = fit(pre, dec, limits(truth))
+    assert all(v >= 0 for v in dataclasses.asdict(r.coefficients).values())
+
+
+def test_written_toml_loads_as_the_same_profile(tmp_path):
+    truth = load_profile("tiny")
+    pre, dec = samples(truth)
+    r = fit(pre, dec, limits(truth), name="fitted-tiny", description='a "quoted" fit')
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml(r.profile, ["fitted by a test"]))
+    back = load_profile(str(path))
+    assert back == r.profile
+
+
+def test_too_few_samples_is_an_error():
+    truth = load_profile("tiny")
+    pre, dec = samples(truth)
+    with pytest.raises(ValueError, match="3 prompt lengths"):
+        fit(pre[:2], dec, limits(truth))
+    with pytest.raises(ValueError, match="decode"):
+        fit(pre, [], limits(truth))
