@@ -1,5 +1,6 @@
 """Issue 10 end to end against the built-in simulator: the sweep's knee against the engine's own
 capacity from its truth file, max goodput confirmed by separate runs, interrupt and --resume."""
+import math
 import os
 import signal
 import subprocess
@@ -88,10 +89,13 @@ def test_sweep_finds_the_knee_within_15_percent_of_the_engines_capacity(tmp_path
 
 def test_max_goodput_is_met_by_a_confirmation_run_and_missed_at_1_2x(tmp_path):
     w = engine_workload(tmp_path)
-    slo = "ttft=500ms,tpot=10ms"  # at --speed 2: a 1 s / 20 ms SLO of the profile's own time
+    # At the profile's own speed (not --speed 2): the rates that decide, near the SLO's cliff, then ask
+    # half the simulator's CPU, so a busy 2-core host still lets it keep its timings there.
+    engine = ENGINE.replace("--speed 2", "--speed 1")
+    slo = "ttft=1000ms,tpot=20ms"
     out = tmp_path / "mg"
-    p = loadgen("sweep", w, "--start", "16/s", "--refine", "3", "--max-goodput", "--attainment", "0.9",
-                "--slo", slo, "--out", str(out), "--no-calibrate", "--quiet", "--sim-args", ENGINE, timeout=400)
+    p = loadgen("sweep", w, "--start", "8/s", "--refine", "3", "--max-goodput", "--attainment", "0.9",
+                "--slo", slo, "--out", str(out), "--no-calibrate", "--quiet", "--sim-args", engine, timeout=400)
     assert p.returncode == 0, p.stderr
     s = orjson.loads((out / "sweep_summary.json").read_bytes())
     best = s["max_goodput"]["rate_per_s"]
@@ -101,13 +105,19 @@ def test_max_goodput_is_met_by_a_confirmation_run_and_missed_at_1_2x(tmp_path):
     past_knee = s["knee"]["rate_per_s"] is not None and best > s["knee"]["rate_per_s"]
     assert s["max_goodput"]["keeps_up"] is (not past_knee)
     assert ("WARNING: past the knee" in (out / "sweep_summary.txt").read_text()) is past_knee
+    # `best` is by construction the highest rate whose run reached 0.9, so a rerun there lands near 0.9 on
+    # either side: it must meet the target up to a finite run's sampling error (two binomial standard
+    # errors: 0.077 at 60 requests); 1.2x past it, a run misses outright.
     for rate, meets in ((best, True), (round(best * 1.2, 3), False)):
         run = tmp_path / f"confirm-{rate}"
         p = loadgen("run", w, "--rate", f"{rate}/s", "--slo", slo, "--out", str(run), "--no-calibrate",
-                    "--quiet", "--sim-args", ENGINE, timeout=200)
+                    "--quiet", "--sim-args", engine, timeout=200)
         assert p.returncode == 0, p.stderr
         g = report_json(str(run))["goodput"]  # the SLO was recorded by `run --slo`
-        assert (g["attainment"] >= 0.9) is meets, (rate, g)
+        if meets:
+            assert g["attainment"] >= 0.9 - 2 * math.sqrt(0.9 * 0.1 / g["requests"]), (rate, g)
+        else:
+            assert g["attainment"] < 0.9, (rate, g)
 
 
 def test_an_interrupted_sweep_keeps_its_points_and_resume_finishes_it(tmp_path):
