@@ -61,10 +61,10 @@ async def run_parent(argv: list[str], host: str, port: int, n: int) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    env_t0_ns = time.monotonic_ns()  # CLOCK_MONOTONIC is one clock for every process of the host
+    t0_ns = time.monotonic_ns()  # CLOCK_MONOTONIC is one clock for every process of the host
     procs = []
     for i in range(n):
-        env = {**os.environ, CHILD_ENV: orjson.dumps({"index": i, "port": port, "t0_ns": env_t0_ns}).decode()}
+        env = {**os.environ, CHILD_ENV: orjson.dumps({"index": i, "port": port, "t0_ns": t0_ns}).decode()}
         procs.append(await asyncio.create_subprocess_exec(
             sys.executable, "-m", "loadgen", "sim", *argv, env=env, stdout=asyncio.subprocess.PIPE,
             start_new_session=True, preexec_fn=_die_with_parent(os.getpid())))
