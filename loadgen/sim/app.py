@@ -56,14 +56,16 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
     return app
 
 
-async def serve_forever(sim: Sim, app: web.Application, host: str, port: int) -> int:
+async def serve_forever(sim: Sim, app: web.Application, host: str, port: int, reuse_port: bool = False) -> int:
+    # reuse_port: one of `--processes N` (multi.py): every process listens on the same port (SO_REUSEPORT)
+    # and the kernel spreads the connections over them
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, reuse_port=reuse_port or None)
     await site.start()
     bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
     engine_task = loop.create_task(sim.backend.run())

@@ -109,6 +109,10 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=c("--seed", int), default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
+    p.add_argument("--processes", type=c("--processes", _positive_int), default=1, metavar="N",
+                   help="fixed mode: N processes on one port (SO_REUSEPORT), so that capacity tests are not "
+                        "bound by one simulator core; one truth file; /metrics per process (sim/multi.py; "
+                        "default 1)")
     p.add_argument("--emulate", choices=["vllm", "llamacpp"], default="vllm",
                    help="whose shapes the tokenize endpoints, /props, /v1/models and the OpenAI stream's last "
                         "chunk take (sim/tokenize_api.py; default vllm)")
@@ -125,12 +129,20 @@ def main(argv: list[str]) -> int:
         errors.append(str(e))
     if args.port is not None and not 0 <= args.port <= 65535:
         errors.append(f"--port {args.port} out of range")
+    if args.processes is not None and args.processes > 1 and args.mode != "fixed":
+        # engine mode's batch is one shared state: N processes would be N independent engines
+        errors.append(f"--processes {args.processes} needs --mode fixed (engine mode is one shared batch)")
     if errors:  # every bad flag at once
         for e in errors:
             print(f"loadgen sim: error: {e}", file=sys.stderr)
         return 2
+    from loadgen.sim.multi import child_config
+
+    child = child_config()
+    if args.processes > 1 and child is None:
+        return _run_parent(argv, args)
     try:
-        sim, extra_routes = _make_sim(args, faults)
+        sim, extra_routes = _make_sim(args, faults, child)
     except OSError as e:
         print(f"loadgen sim: error: {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
@@ -143,7 +155,8 @@ def main(argv: list[str]) -> int:
     loop = new_event_loop()
     try:
         app = build_app(sim, extra_routes)
-        return loop.run_until_complete(serve_forever(sim, app, args.host, args.port))
+        port = child["port"] if child else args.port
+        return loop.run_until_complete(serve_forever(sim, app, args.host, port, reuse_port=child is not None))
     except OSError as e:
         print(f"loadgen sim: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
         return 2
@@ -151,14 +164,43 @@ def main(argv: list[str]) -> int:
         loop.close()
 
 
-def _make_sim(args, faults):
+def _run_parent(argv: list[str], args) -> int:
+    # `--processes N`, N > 1: hold the port, start the children (sim/multi.py), finish the one truth file.
+    import asyncio
+
+    from loadgen.sim.multi import reserve_port, run_parent
+    from loadgen.sim.truth import finish_shared, start_shared
+
+    try:
+        if args.truth:
+            start_shared(args.truth)
+    except OSError as e:
+        print(f"loadgen sim: error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"loadgen sim: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        sock = reserve_port(args.host, args.port)
+    except OSError as e:
+        print(f"loadgen sim: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(run_parent(argv, args.host, sock.getsockname()[1], args.processes))
+    finally:
+        sock.close()
+        if args.truth:
+            finish_shared(args.truth)
+
+
+def _make_sim(args, faults, child=None):
     import time
 
     from loadgen.sim.server import Sim
     from loadgen.sim.truth import TruthWriter
 
-    truth = TruthWriter(args.truth) if args.truth else None
-    t0_ns = time.monotonic_ns()
+    truth = TruthWriter(args.truth, shared=child is not None) if args.truth else None
+    t0_ns = child["t0_ns"] if child else time.monotonic_ns()
     if args.mode == "fixed":
         from loadgen.sim.generation import FixedBackend
 
@@ -185,6 +227,7 @@ def _make_sim(args, faults):
               tokens_per_chunk=args.tokens_per_chunk, per_request_metrics=args.per_request_metrics,
               max_model_len=max_model_len)
     sim.t0_ns = t0_ns
+    sim.process_index = child["index"] if child else 0
     sim.emulate = args.emulate
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes

@@ -103,8 +103,10 @@ class Sim:
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
+        self.process_index = 0  # which of `--processes N` this is (truth column sim_process)
 
     def record(self, row: dict) -> None:
+        row["sim_process"] = self.process_index
         if self.truth is not None:
             self.truth.add(row)
         self.metrics.observe_request(row)

@@ -47,7 +47,7 @@ COLUMNS = {  # name -> polars dtype name
     "queue_ns": "i64", "prefill_ns": "i64", "decode_ns": "i64", "stall_ns": "i64",
     "lateness_ns": "list_i64", "speed": "f64", "mode": "str", "endpoint": "str",
     "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
-    "output_tokens": "i64", "cached_tokens": "i64",
+    "output_tokens": "i64", "cached_tokens": "i64", "sim_process": "i64",
 }
 
 
@@ -71,21 +71,29 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
         "lateness_ns": lateness_ns, "speed": speed, "mode": mode, "endpoint": endpoint,
         "http_status": http_status, "outcome": outcome, "fault": fault,
         "prompt_tokens": prompt_tokens, "output_tokens": len(token_ns), "cached_tokens": cached_tokens,
+        "sim_process": 0,  # which simulator process served it (--processes N: 0..N-1; Sim.record sets it)
     }
 
 
 class TruthWriter:
-    def __init__(self, path: str | os.PathLike):
+    # shared=True (one of `--processes N`): append to the journal the parent created (start_shared) and
+    # leave the parquet conversion to the parent (finish_shared). Each row is then one write(2) on an
+    # O_APPEND descriptor: Linux serialises writes to a regular file, so the rows of N processes never
+    # interleave, and a live reader sees every row so far exactly once.
+    def __init__(self, path: str | os.PathLike, shared: bool = False):
         self.path = Path(path)
-        self.kind = self.path.suffix.lower()
-        if self.kind not in (".jsonl", ".parquet"):
-            raise ValueError(f"--truth {path}: the file must end in .jsonl or .parquet")
+        self.kind = _kind(self.path)
+        self.shared = shared
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.journal = journal_path(self.path) if self.kind == ".parquet" else self.path
-        self._fh = open(self.journal, "wb")
+        self._fh = open(self.journal, "ab", buffering=0) if shared else open(self.journal, "wb")
 
     def add(self, row: dict[str, Any]) -> None:
-        self._fh.write(orjson.dumps(row) + b"\n")
+        data = orjson.dumps(row) + b"\n"
+        n = self._fh.write(data)
+        while n is not None and n < len(data):  # a short write (disk full, signal): rare; finish the line
+            data = data[n:]
+            n = self._fh.write(data)
         self._fh.flush()
 
     def flush(self) -> None:
@@ -97,9 +105,32 @@ class TruthWriter:
             return
         self._fh.close()
         self._fh = None
-        if self.kind == ".parquet":
+        if self.kind == ".parquet" and not self.shared:
             _write_parquet(self.path, _read_jsonl(self.journal))
             self.journal.unlink()
+
+
+def _kind(path: Path) -> str:
+    kind = path.suffix.lower()
+    if kind not in (".jsonl", ".parquet"):
+        raise ValueError(f"--truth {path}: the file must end in .jsonl or .parquet")
+    return kind
+
+
+def start_shared(path: str | os.PathLike) -> None:
+    # The parent of `--processes N`, before its children start: an empty journal they append to.
+    p = Path(path)
+    kind = _kind(p)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    (journal_path(p) if kind == ".parquet" else p).write_bytes(b"")
+
+
+def finish_shared(path: str | os.PathLike) -> None:
+    # The parent, once every child has exited: the one truth file, as a single process leaves it.
+    p = Path(path)
+    if _kind(p) == ".parquet":
+        _write_parquet(p, _read_jsonl(journal_path(p)))
+        journal_path(p).unlink()
 
 
 def journal_path(parquet_path: Path) -> Path:

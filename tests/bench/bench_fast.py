@@ -10,7 +10,8 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
   BENCH_ACCURACY_RATES / BENCH_CAPACITY_RATES   comma lists overriding the rates
   BENCH_CLIENTS      loadgen,bare,lg-aio   (lg-aio: loadgen with its aiohttp transport; accuracy cases only)
   BENCH_ANALYSIS_ROWS 10000000 chunk rows of the synthetic run given to `loadgen report` (0 = skip)
-  BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0
+  BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0   (taskset lists: e.g. BENCH_SIM_CORE=1-3)
+  BENCH_SIM_PROCESSES 1        capacity cases: `loadgen sim --processes N`, all pinned to BENCH_SIM_CORE
 
 Every case starts a fresh `loadgen sim --mode fixed --ttft 20ms --itl 5ms` pinned to one core (with a
 truth file) and runs the client pinned to the other. See tests/bench/README.md for what each column means.
@@ -58,10 +59,14 @@ tokens = {tokens}
     return path
 
 
-def start_sim(truth: Path, core: str) -> SimProcess:
-    sim = SimProcess(args=["--mode", "fixed", "--ttft", "20ms", "--itl", "5ms", "--truth", str(truth)])
+def start_sim(truth: Path, core: str, processes: int = 1) -> SimProcess:
+    sim = SimProcess(args=["--mode", "fixed", "--ttft", "20ms", "--itl", "5ms", "--truth", str(truth),
+                           "--processes", str(processes)])
     sim.start()
-    subprocess.run(["taskset", "-a", "-p", "-c", core, str(sim.proc.pid)], check=True, capture_output=True)
+    # --processes N: the children are processes of their own (already started): pin each of them too
+    children = Path(f"/proc/{sim.proc.pid}/task/{sim.proc.pid}/children").read_text().split()
+    for pid in [str(sim.proc.pid), *children]:
+        subprocess.run(["taskset", "-a", "-p", "-c", core, pid], check=True, capture_output=True)
     return sim
 
 
@@ -125,7 +130,8 @@ def one_case(kind: str, client_name: str, rate: float, duration_s: float, tokens
     with tempfile.TemporaryDirectory(prefix="lgbench-") as d:
         tmp = Path(d)
         truth_path = tmp / "truth.jsonl"
-        sim = start_sim(truth_path, sim_core)
+        processes = int(os.environ.get("BENCH_SIM_PROCESSES", "1")) if kind == "capacity" else 1
+        sim = start_sim(truth_path, sim_core, processes)
         try:
             if client_name == "bare":
                 extra, client, chunks = run_bare(sim.url, tmp, rate, duration_s, tokens, client_core)
@@ -140,7 +146,8 @@ def one_case(kind: str, client_name: str, rate: float, duration_s: float, tokens
     res = compare(client, chunks, truth)
     res_ttft = compare(ttft_client, chunks.head(0), truth)
     res.update(ttft_err_p50_ms=res_ttft["ttft_err_p50_ms"], ttft_err_p99_ms=res_ttft["ttft_err_p99_ms"])
-    res.update(extra, kind=kind, client=client_name, rate_per_s=rate, tokens=tokens, duration_s=duration_s)
+    res.update(extra, kind=kind, client=client_name, rate_per_s=rate, tokens=tokens, duration_s=duration_s,
+               sim_processes=processes)
     return res
 
 

@@ -52,3 +52,12 @@ def test_flags_land_in_the_run_config(tmp_path, flags, expected):
 def test_every_option_is_documented_in_docs_cli_md():
     text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     assert [o.flag for o in OPTIONS if f"`{o.flag}" not in text] == []
+
+
+def test_every_sim_flag_is_documented_in_docs_cli_md():
+    from loadgen.sim.cli import build_parser as sim_parser
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    flags = [f for a in sim_parser()._actions for f in a.option_strings if f.startswith("--") and f != "--help"]
+    assert "--processes" in flags
+    assert [f for f in flags if f"`{f}" not in text] == []

@@ -58,3 +58,25 @@ def test_parquet_truth_is_journaled_while_running_and_written_at_close(tmp_path)
     w.close()
     assert path.exists() and not journal_path(path).exists()
     assert [r["request_id"] for r in read_truth(path)] == ["a", "b"]
+
+
+def test_shared_writers_append_to_one_journal_the_parent_finishes(tmp_path):
+    # --processes N: the parent empties the journal, N writers append rows whole, the parent writes the
+    # parquet file once they are done; readers see one file, every row once.
+    from loadgen.sim.truth import finish_shared, start_shared
+
+    for name in ("t.jsonl", "t.parquet"):
+        path = tmp_path / name
+        start_shared(path)
+        writers = [TruthWriter(path, shared=True) for _ in range(2)]
+        for i in range(6):
+            writers[i % 2].add({**row(10 * i, 1, 2, [3] * 300, f"r{i}"), "sim_process": i % 2})
+        assert sorted(r["request_id"] for r in read_truth(path)) == [f"r{i}" for i in range(6)]  # live
+        for w in writers:
+            w.close()
+        assert name == "t.jsonl" or not path.exists()  # the parquet file is the parent's to write
+        finish_shared(path)
+        back = read_truth(path)
+        assert sorted(r["request_id"] for r in back) == [f"r{i}" for i in range(6)]
+        assert sorted(r["sim_process"] for r in back) == [0, 0, 0, 1, 1, 1]
+        assert not journal_path(path).exists()
