@@ -4,7 +4,8 @@ step model (fit_model.py), write a profile `loadgen sim --profile FILE` and `loa
 The plan, in rounds (a round = every prefill length once, then every decode shape once), at most
 ROUNDS rounds, each probe bounded by the budget (--budget, default 60 s): round 1 must finish, later
 rounds stop at the deadline (what they measured is kept). The median over rounds per shape is fitted
-(one round disturbed by a busy host does not move it).
+(one round disturbed by a busy host does not move it); a prefill shape's TTFT is, where the server reports
+its prompt time, that time's median plus the request overhead (below), so client-side noise stays out.
 
   limits   slots (max_num_seqs) and tokens per slot (max_model_len) from llama.cpp's /props, or
            --max-num-seqs / --max-model-len; the per-step token budget max_num_batched_tokens from
@@ -73,10 +74,20 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
                 raise ProbeFailed(f"one round of probes did not fit in --budget {o.budget_s:g}s: "
                                   f"give more ({e})") from None
         used_s = o.budget_s - p.left_s()
-    prefill = [PrefillSample(n, statistics.median(s.ttft_s for s in v),
-                             _median([s.server_prefill_s for s in v])) for n, v in pre.items()]
+    r_s = request_overhead_s([s for v in pre.values() for s in v])
+    prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
     decode = [DecodeSample(b, c, DECODE_TOKENS, statistics.median(s.step_s for s in v)) for (b, c), v in dec.items()]
     return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
+
+
+def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:
+    # Where the server reports its own prompt time, the shape's TTFT is that (median over rounds) plus
+    # the request overhead measured over every probe: a busy client host delays one probe's first token,
+    # not the server's clock, and one or two rounds are all a tight budget may leave for a median.
+    server = _median([s.server_prefill_s for s in v])
+    if server is None:
+        return PrefillSample(prompt_tokens, statistics.median(s.ttft_s for s in v), None)
+    return PrefillSample(prompt_tokens, server + r_s, server)
 
 
 def _median(v: list) -> float | None:

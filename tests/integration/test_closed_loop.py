@@ -20,10 +20,16 @@ def test_closed_loop_throughput_follows_littles_law(tmp_path, users):
     s = report_json(str(out))
     assert s["requests"]["ok"] == 20 * users
     assert s["load"]["loop"] == "closed" and s["load"]["concurrency"] == users
-    little = users / (s["latency_ms"]["e2e"]["mean"] / 1e3)
-    assert s["throughput"]["requests_per_s"] == pytest.approx(little, rel=0.05)
+    # Little's law, away from the first and last rounds: a 20-round run spends about one round ramping up
+    # and one draining, where fewer than N are in flight (so n / span alone sits up to 5 % low)
+    req = read_run(out).requests.sort("last_token_ns")
+    ends_ns = req["last_token_ns"].to_numpy()
+    lo, hi = ends_ns[2 * users], ends_ns[-2 * users]
+    steady = req.filter(pl.col("last_token_ns").is_between(lo, hi, closed="right"))
+    e2e_s = ((steady["last_token_ns"] - steady["intended_ns"]) / 1e9).mean()
+    assert steady.height / ((hi - lo) / 1e9) == pytest.approx(users / e2e_s, rel=0.05)
     # never more than N in flight: each request was sent when an earlier one ended
-    req = read_run(out).requests.sort("dispatched_ns")
+    req = req.sort("dispatched_ns")
     starts, ends = req["dispatched_ns"].to_numpy(), req["done_ns"].to_numpy()
     in_flight = [(starts[: i + 1] <= t).sum() - (ends <= t).sum() for i, t in enumerate(starts)]
     assert max(in_flight) == users
@@ -97,7 +103,10 @@ def test_the_manifest_records_the_slo_for_report(tmp_path, fixed_sim):
                 "--out", str(out), "--no-calibrate", "--quiet")
     assert p.returncode == 0, p.stderr
     assert orjson.loads((out / "manifest.json").read_bytes())["slo"] == {"ttft_ms": 40.0}
-    # the fixed sim's TTFT is 50 ms: no request meets 40 ms, every one meets 60 ms (report --slo wins)
+    # the fixed sim's TTFT is 50 ms: no request meets 40 ms; 60 ms (report --slo wins) every one that the
+    # host did not delay by 10 ms or more (TTFT counts from the intended send): the run's own TTFTs say which
     assert report_json(str(out))["goodput"]["attainment"] == 0.0
     p = loadgen("report", str(out), "--slo", "ttft=60ms", "--format", "json")
-    assert orjson.loads(p.stdout)["goodput"]["attainment"] == 1.0
+    req = pl.read_parquet(out / "requests.parquet")
+    ttft_ms = (req["first_token_ns"] - req["intended_ns"]) / 1e6
+    assert orjson.loads(p.stdout)["goodput"]["attainment"] == (ttft_ms <= 60).mean() > 0

@@ -5,10 +5,15 @@ import textwrap
 from pathlib import Path
 
 import orjson
+import polars as pl
 import pytest
 
+from loadgen.results import read_run
 from loadgen.sim import profiles as sim_profiles
 from tests.integration.conftest import loadgen, workload
+
+
+HOST_QUIET_MS = 10.0  # lateness p99 on a quiet host: about 1 ms (client loop), 1-3 ms (simulator emits)
 
 
 def long_prompt_workload(tmp_path) -> str:
@@ -98,7 +103,20 @@ def test_fail_if_exits_4_on_the_worse_side_only(budget_runs):
     assert loadgen("compare", a, b, "--fail-if", "p50 ttft > +10%", "--fail-if", "p99 itl > +10%").returncode == 4
 
 
+def host_lateness_ms(run_dir: str) -> tuple[float, float]:
+    """How late the busy host let the client's loop and the simulator's emits run (p99, ms), as measured."""
+    client = read_run(run_dir).manifest["generator"]["loop_lateness_ms"]["p99"]
+    emits = pl.read_parquet(Path(run_dir) / "sim_truth.parquet").select(pl.col("lateness_ns").explode())
+    return client, emits.to_series().drop_nulls().quantile(0.99) / 1e6
+
+
 def test_a_rerun_is_indistinguishable_from_its_run_on_every_metric(budget_runs):
+    # A rerun is a replicate only when the host let both runs keep their timings: compare is right to call
+    # a run worse whose server (here the simulator, on the same cores) was starved, and a bootstrap over
+    # requests cannot know that the host changed between runs. So on a busy host this test says so.
+    late = {name: host_lateness_ms(budget_runs[name]) for name in ("a", "a_again")}
+    if max(max(v) for v in late.values()) > HOST_QUIET_MS:
+        pytest.skip(f"busy host, the runs are no replicates: (client loop, simulator emit) lateness p99 ms {late}")
     rc, r = compare_json(budget_runs["a"], budget_runs["a_again"], "--fail-if", "p99 ttft > +10%")
     c = r["comparisons"][0]
     assert c["same_work"]["same"]
@@ -136,7 +154,10 @@ def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
     rc, r = compare_json(*sweeps)
     c = r["comparisons"][0]
     assert c["kind"] == "sweep" and [q["rate_per_s"] for q in c["points"]] == [10.0, 20.0]
-    assert c["curves"]["knee_per_s"] == {"a": 20.0, "b": 20.0}
+    # each sweep's own knee, as its summary states it (whether 20/s kept up within 5 % in a 2-second point
+    # is the sweep's finding, and a busy host can move it: sweep's own tests check the knee)
+    knees = [orjson.loads((Path(s) / "sweep_summary.json").read_bytes())["knee"]["rate_per_s"] for s in sweeps]
+    assert c["curves"]["knee_per_s"] == {"a": knees[0], "b": knees[1]}
     assert metric(c["points"][0], "ttft", "p50")["verdict"] == "indistinguishable"
     # a sweep is not a run
     p = loadgen("compare", sweeps[0], str(tmp_path / "s1" / "rate-10"))

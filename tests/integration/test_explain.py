@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from loadgen.results import read_run
-from tests.integration.conftest import loadgen
+from tests.integration.conftest import loadgen, skip_if_host_stalled
 from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
 
 SIM = "--profile tiny --speed 0.2"
@@ -52,6 +52,7 @@ def test_calibrated_estimates_without_server_timings(tmp_path, rate, utilization
     assert abs(seat_utilization(run_dir, 4) - utilization) < 0.1
     j = joined(run_dir)
     assert set(j["method"]) == {"calibrated"}
+    skip_if_host_stalled(run_dir)  # the estimate reads the engine's steps from every stream's stamps
     ttft = j["ttft_ms"].mean()
     for comp in ("queue", "prefill"):
         err = abs(j[f"{comp}_ms"].mean() - j[f"true_{comp}_ms"].mean()) / ttft
