@@ -63,9 +63,10 @@ class OpenAIBackend:
         body = b"".join(reads)
         ends = list(map(bytes.count, reads, repeat(b"\n\n", len(reads))))  # events each read completes
         n_events = sum(ends)
-        if (n_events < 3 or n_events != body.count(b"\n\n") or body.count(b"\n") != 2 * n_events
-                or b"\r" in body or b'"error"' in body):
-            return False  # a blank line split across reads, a line break inside an event, CR framing, an error
+        # Every line break of the body in one of the reads' blank lines: none is split across two reads,
+        # no event holds a line break.
+        if n_events < 3 or body.count(b"\n") != 2 * n_events or b"\r" in body or b'"error"' in body:
+            return False  # or CR framing, or an error event: the full parse
         # No event holds a line break (above), so each `}\n\ndata: {` is the boundary of two one-line
         # `data: {...}` events: all n_events - 2 boundaries before [DONE] must be such.
         if not (body.startswith(b"data: {") and body.endswith(b"}\n\ndata: [DONE]\n\n")
