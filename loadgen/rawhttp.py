@@ -103,24 +103,26 @@ def parse_head(raw: bytes) -> _Parsed | None:
     if end < 0:
         return None
     p = _Parsed()
-    head = raw[:end].decode("latin-1").split("\r\n")
-    parts = head[0].split(" ", 2)
+    status_line, _, fields = raw[:end].decode("latin-1").partition("\r\n")
+    parts = status_line.split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP/1.x status line: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP/1.x status line: {status_line[:80]!r}")
     if not (parts[1].isdigit() and len(parts[1]) == 3):
-        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP status code: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP status code: {status_line[:80]!r}")
     p.status = int(parts[1])
     p.keep_alive = parts[0] != "HTTP/1.0"
-    for line in head[1:]:
+    for line in fields.lower().split("\r\n") if fields else ():  # names and values are matched in lower case
         name, _, value = line.partition(":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == "transfer-encoding" and "chunked" in value:
-            p.chunked = True
+        name = name.strip()
+        if name == "transfer-encoding":
+            p.chunked = p.chunked or "chunked" in value
         elif name == "content-length":
+            value = value.strip()
             if not value.isdigit():
                 raise TransportError(ErrorKind.BAD_RESPONSE, f"bad Content-Length {value[:40]!r}")
             p.length = int(value)
         elif name == "connection":
+            value = value.strip()
             p.keep_alive = value != "close" if parts[0] != "HTTP/1.0" else value == "keep-alive"
     p.header_end = end + 4
     return p
