@@ -20,7 +20,6 @@ import asyncio
 import re
 import time
 from array import array
-from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 from loadgen.offload import OFFLOAD_READS, in_worker
@@ -349,34 +348,60 @@ class RawHttpTransport:
         except (TransportError, OSError, TimeoutError, ValueError):
             pass
 
-    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row):
-        return self.request("POST", path, headers, body, row)
+    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> _Exchange:
+        return _Exchange(self, "POST", path, headers, body, row)
 
-    @asynccontextmanager
-    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes, row: Row | None):
-        conn = None
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes, row: Row | None) -> _Exchange:
+        return _Exchange(self, method, path, headers, body, row)
+
+    async def _connection(self) -> _Conn:
         while self._idle:
             c = self._idle.pop()
             if not c.closed:
-                conn = c
-                break
-        if conn is None:
-            try:
-                connect = self._connect or asyncio.get_running_loop().create_connection
-                _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
-            except OSError as e:
-                raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
-            self._all.add(conn)
-        if row is not None:
-            row.connected_ns = self.now_ns()
-        conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        conn.transport.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{extra}"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
-        if row is not None:
-            row.sent_ns = self.now_ns()
-        reusable = False
+                return c
         try:
+            connect = self._connect or asyncio.get_running_loop().create_connection
+            _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
+        except OSError as e:
+            raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
+        self._all.add(conn)
+        return conn
+
+    def _release(self, conn: _Conn, reusable: bool) -> None:
+        conn.done = None
+        if reusable:
+            self._idle.append(conn)
+        else:
+            self._all.discard(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+
+
+class _Exchange:
+    """One request and its response on one connection. `async with` yields the _Response once its head
+    is in; on exit the connection is kept for reuse when the response was read to its end and may be kept
+    alive, else closed (also on any exception). A class rather than an @asynccontextmanager generator:
+    it runs once per request, and the generator's machinery cost more than the rest of this."""
+    __slots__ = ("tr", "method", "path", "headers", "body", "row", "conn", "resp")
+
+    def __init__(self, tr: RawHttpTransport, method: str, path: str, headers: dict[str, str], body: bytes,
+                 row: Row | None):
+        self.tr, self.method, self.path, self.headers, self.body, self.row = tr, method, path, headers, body, row
+        self.conn: _Conn | None = None
+        self.resp: _Response | None = None
+
+    async def __aenter__(self) -> _Response:
+        tr, row = self.tr, self.row
+        conn = self.conn = await tr._connection()
+        try:
+            if row is not None:
+                row.connected_ns = tr.now_ns()
+            conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
+            extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
+            conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
+                                 f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)
+            if row is not None:
+                row.sent_ns = tr.now_ns()
             parsed = None
             while parsed is None:
                 raw = b"".join(conn.data)  # usually one read: the same bytes object, no copy
@@ -395,17 +420,18 @@ class RawHttpTransport:
             if not parsed.chunked or conn.closed or conn.data[-1].endswith(_END_CHUNKED):
                 parsed = parse_body(parsed, conn.data, conn.closed)
             if row is not None:
-                row.response_ns = conn.t[0] if len(conn.t) else self.now_ns()
-            resp = _Response(conn, parsed)
-            yield resp
-            if resp.error is None:
+                row.response_ns = conn.t[0] if len(conn.t) else tr.now_ns()
+        except BaseException:
+            tr._release(conn, False)
+            raise
+        self.resp = _Response(conn, parsed)
+        return self.resp
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        conn, resp, reusable = self.conn, self.resp, False
+        try:
+            if exc_type is None and resp.error is None:
                 p = await resp._complete()
                 reusable = p.complete and p.keep_alive and not conn.closed
         finally:
-            conn.done = None
-            if reusable:
-                self._idle.append(conn)
-            else:
-                self._all.discard(conn)
-                if conn.transport is not None:
-                    conn.transport.close()
+            self.tr._release(conn, reusable)
