@@ -20,7 +20,6 @@ import asyncio
 import re
 import time
 from array import array
-from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 from loadgen.offload import OFFLOAD_READS, in_worker
@@ -93,31 +92,50 @@ class _Parsed:
 
 def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
     """None while the head is incomplete. Body bytes are split back per read so each keeps its stamp."""
-    p = _Parsed()
-    raw = b"".join(reads)
+    p = parse_head(b"".join(reads))
+    return None if p is None else parse_body(p, reads, closed)
+
+
+def parse_head(raw: bytes) -> _Parsed | None:
+    """The status line and headers (body fields unset); None while the head is incomplete."""
     end = raw.find(b"\r\n\r\n")
     if end < 0:
         return None
-    head = raw[:end].decode("latin-1").split("\r\n")
-    parts = head[0].split(" ", 2)
+    p = _Parsed()
+    status_line, _, fields = raw[:end].decode("latin-1").partition("\r\n")
+    parts = status_line.split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP/1.x status line: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP/1.x status line: {status_line[:80]!r}")
     if not (parts[1].isdigit() and len(parts[1]) == 3):
-        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP status code: {head[0][:80]!r}")
+        raise TransportError(ErrorKind.BAD_RESPONSE, f"not an HTTP status code: {status_line[:80]!r}")
     p.status = int(parts[1])
     p.keep_alive = parts[0] != "HTTP/1.0"
-    for line in head[1:]:
+    for line in fields.lower().split("\r\n") if fields else ():  # names and values are matched in lower case
         name, _, value = line.partition(":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == "transfer-encoding" and "chunked" in value:
-            p.chunked = True
+        name = name.strip()
+        if name == "transfer-encoding":
+            p.chunked = p.chunked or "chunked" in value
         elif name == "content-length":
+            value = value.strip()
             if not value.isdigit():
                 raise TransportError(ErrorKind.BAD_RESPONSE, f"bad Content-Length {value[:40]!r}")
             p.length = int(value)
         elif name == "connection":
+            value = value.strip()
             p.keep_alive = value != "close" if parts[0] != "HTTP/1.0" else value == "keep-alive"
     p.header_end = end + 4
+    return p
+
+
+def parse_body(p: _Parsed, reads: list[bytes], closed: bool) -> _Parsed:
+    """Fills p.body_reads and p.complete from all the reads so far (head included), given p's head.
+    Returns p. Called again as more reads arrive: the head is parsed once per response."""
+    if p.chunked:
+        fast = _dechunk_reads(reads, p.header_end)
+        if fast is not None:
+            p.body_reads, p.complete = fast
+            return p
+    raw = b"".join(reads)
     # Per-read body slices of the raw (still framed) body.
     offsets, pos = [], 0
     for r in reads:
@@ -137,6 +155,60 @@ def parse_response(reads: list[bytes], closed: bool) -> _Parsed | None:
     p.body_reads = _split_by_read(body, owner, offsets, p.header_end) if owner is not None else \
         _split_plain(raw, p.header_end, len(body), offsets)
     return p
+
+
+def _dechunk_reads(reads: list[bytes], header_end: int) -> tuple[list[bytes], bool] | None:
+    """De-chunks read by read, without joining: the common case (every chunk-size line inside one read,
+    the stream ended by its zero chunk and the CRLF after it). Same result as _dechunk + _split_by_read;
+    None for anything else (unfinished stream, a size line split across reads), which takes that path."""
+    out = [b""] * len(reads)
+    start, skip = 0, header_end
+    while start < len(reads) and skip >= len(reads[start]):  # the read where the body starts
+        skip -= len(reads[start])
+        start += 1
+    need = 0   # data bytes of the current chunk still to come
+    gap = 0    # bytes of the CRLF after a chunk's data still to skip (not checked, as in _dechunk)
+    for i in range(start, len(reads)):
+        r = reads[i]
+        n, pos, pieces = len(r), skip, []
+        skip = 0
+        while pos < n:
+            if need:
+                take = min(need, n - pos)
+                pieces.append(r[pos:pos + take])
+                pos += take
+                need -= take
+                if not need:
+                    gap = 2
+            elif gap:
+                take = min(gap, n - pos)
+                pos += take
+                gap -= take
+            else:
+                nl = r.find(b"\r\n", pos)
+                if nl < 0:
+                    return None
+                if _HEX.fullmatch(r, pos, nl):  # a bare size: no extension, no blanks
+                    need = int(r[pos:nl], 16)
+                else:
+                    size_text = r[pos:nl].split(b";", 1)[0].strip()
+                    if not _HEX.fullmatch(size_text):
+                        raise TransportError(ErrorKind.BAD_RESPONSE, f"bad chunk size line {r[pos:nl][:40]!r}")
+                    need = int(size_text, 16)
+                if need == 0:
+                    if r.find(b"\r\n", nl + 2) < 0:
+                        return None
+                    if pieces:
+                        out[i] = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                    return out, True
+                pos = nl + 2
+                end = pos + need
+                if end + 2 <= n:  # the whole chunk and its CRLF in this read: one step
+                    pieces.append(r[pos:end])
+                    pos, need = end + 2, 0
+        if pieces:
+            out[i] = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return None
 
 
 def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, int]], bool]:
@@ -194,21 +266,23 @@ class _Response:
         conn.wake_any = not parsed.chunked
 
     async def _complete(self) -> _Parsed:
+        # The head is parsed once (in request()); the body is parsed again only after a wake-up, i.e.
+        # (chunked) on a read that ends with the end mark, or when the connection closed.
         conn, p = self._conn, self._parsed
         while not p.complete:
             if conn.too_large:
                 raise TransportError(ErrorKind.RESPONSE_TOO_LARGE, f"the response exceeded {conn.limit} bytes")
             if conn.closed:
-                p = self._parsed = parse_response(conn.data, True) or p
+                p = parse_body(p, conn.data, True)
                 if not p.complete and (p.chunked or p.length is not None):
                     raise TransportError(ErrorKind.RESET, f"connection closed mid-body ({conn.lost!r})")
                 break
             conn.done = asyncio.get_running_loop().create_future()
             await conn.done
             if len(conn.data) > OFFLOAD_READS:  # a long body: parsed off the loop (runner.in_worker)
-                p = self._parsed = await in_worker(parse_response, list(conn.data), conn.closed) or p
+                p = await in_worker(parse_body, p, list(conn.data), conn.closed)
             else:
-                p = self._parsed = parse_response(conn.data, conn.closed) or p
+                p = parse_body(p, conn.data, conn.closed)
         return p
 
     async def stamped(self) -> tuple[array, list[bytes]]:
@@ -220,7 +294,7 @@ class _Response:
             raise
         t = self._conn.t
         keep = [i for i, b in enumerate(p.body_reads) if b]
-        return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
+        return array("q", [t[i] for i in keep]), [p.body_reads[i] for i in keep]
 
     def received(self) -> tuple[array, list[bytes]]:
         """The body read so far with its stamps, without waiting: what a request cut off by its timeout
@@ -274,56 +348,90 @@ class RawHttpTransport:
         except (TransportError, OSError, TimeoutError, ValueError):
             pass
 
-    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row):
-        return self.request("POST", path, headers, body, row)
+    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> _Exchange:
+        return _Exchange(self, "POST", path, headers, body, row)
 
-    @asynccontextmanager
-    async def request(self, method: str, path: str, headers: dict[str, str], body: bytes, row: Row | None):
-        conn = None
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes, row: Row | None) -> _Exchange:
+        return _Exchange(self, method, path, headers, body, row)
+
+    async def _connection(self) -> _Conn:
         while self._idle:
             c = self._idle.pop()
             if not c.closed:
-                conn = c
-                break
-        if conn is None:
-            try:
-                connect = self._connect or asyncio.get_running_loop().create_connection
-                _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
-            except OSError as e:
-                raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
-            self._all.add(conn)
-        if row is not None:
-            row.connected_ns = self.now_ns()
-        conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        conn.transport.write(f"{method} {self.prefix}{path} HTTP/1.1\r\n{self._fixed}{extra}"
-                             f"Content-Length: {len(body)}\r\n\r\n".encode("latin-1") + body)
-        if row is not None:
-            row.sent_ns = self.now_ns()
-        reusable = False
+                return c
         try:
+            connect = self._connect or asyncio.get_running_loop().create_connection
+            _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
+        except OSError as e:
+            raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
+        self._all.add(conn)
+        return conn
+
+    def _release(self, conn: _Conn, reusable: bool) -> None:
+        conn.done = None
+        if reusable:
+            self._idle.append(conn)
+        else:
+            self._all.discard(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+
+
+class _Exchange:
+    """One request and its response on one connection. `async with` yields the _Response once its head
+    is in; on exit the connection is kept for reuse when the response was read to its end and may be kept
+    alive, else closed (also on any exception). A class rather than an @asynccontextmanager generator:
+    it runs once per request, and the generator's machinery cost more than the rest of this."""
+    __slots__ = ("tr", "method", "path", "headers", "body", "row", "conn", "resp")
+
+    def __init__(self, tr: RawHttpTransport, method: str, path: str, headers: dict[str, str], body: bytes,
+                 row: Row | None):
+        self.tr, self.method, self.path, self.headers, self.body, self.row = tr, method, path, headers, body, row
+        self.conn: _Conn | None = None
+        self.resp: _Response | None = None
+
+    async def __aenter__(self) -> _Response:
+        tr, row = self.tr, self.row
+        conn = self.conn = await tr._connection()
+        try:
+            if row is not None:
+                row.connected_ns = tr.now_ns()
+            conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
+            extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
+            conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
+                                 f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)
+            if row is not None:
+                row.sent_ns = tr.now_ns()
             parsed = None
             while parsed is None:
-                if conn.size > MAX_HEAD_BYTES and b"\r\n\r\n" not in b"".join(conn.data):
+                raw = b"".join(conn.data)  # usually one read: the same bytes object, no copy
+                if conn.size > MAX_HEAD_BYTES and b"\r\n\r\n" not in raw:
                     raise TransportError(ErrorKind.BAD_RESPONSE, f"response head longer than {MAX_HEAD_BYTES} bytes")
                 if conn.closed:
                     raise TransportError(ErrorKind.RESET, f"connection closed before the response head ({conn.lost!r})")
                 conn.done = asyncio.get_running_loop().create_future()
-                if not conn.data or b"\r\n\r\n" not in b"".join(conn.data):
+                if not raw or b"\r\n\r\n" not in raw:
                     await conn.done
-                parsed = parse_response(conn.data, conn.closed)
+                    raw = b"".join(conn.data)
+                parsed = parse_head(raw)
+            # The body that came with the head: a short response may be complete already. A chunked one
+            # is complete only once a read ends with the end mark (the waiter wakes on nothing else but a
+            # close), so until then its body is left unparsed (body_reads empty, complete False).
+            if not parsed.chunked or conn.closed or conn.data[-1].endswith(_END_CHUNKED):
+                parsed = parse_body(parsed, conn.data, conn.closed)
             if row is not None:
-                row.response_ns = conn.t[0] if len(conn.t) else self.now_ns()
-            resp = _Response(conn, parsed)
-            yield resp
-            if resp.error is None:
+                row.response_ns = conn.t[0] if len(conn.t) else tr.now_ns()
+        except BaseException:
+            tr._release(conn, False)
+            raise
+        self.resp = _Response(conn, parsed)
+        return self.resp
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        conn, resp, reusable = self.conn, self.resp, False
+        try:
+            if exc_type is None and resp.error is None:
                 p = await resp._complete()
                 reusable = p.complete and p.keep_alive and not conn.closed
         finally:
-            conn.done = None
-            if reusable:
-                self._idle.append(conn)
-            else:
-                self._all.discard(conn)
-                if conn.transport is not None:
-                    conn.transport.close()
+            self.tr._release(conn, reusable)

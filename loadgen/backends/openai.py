@@ -18,6 +18,8 @@ takes the full parse above. Chunk times are the stamp of the read that completed
 """
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 import orjson
 
@@ -54,53 +56,62 @@ class OpenAIBackend:
             self._interpret_full(row, read_t_ns, reads)
 
     def _interpret_fast(self, row: Row, read_t_ns, reads: list[bytes]) -> bool:
+        # Whole-body checks (each one C pass over the bytes) instead of a check per event: any doubt
+        # returns False and the full parse decides.
         if not reads:
             return False
         body = b"".join(reads)
-        ends = [d.count(b"\n\n") for d in reads]
-        if b"\r" in body or sum(ends) != body.count(b"\n\n") or not body.endswith(b"\n\n"):
-            return False  # CR framing, or a blank line split across two reads: the full parser handles it
-        events = body.split(b"\n\n")
-        events.pop()
-        if len(events) < 3 or events[-1] != b"data: [DONE]":
+        ends = list(map(bytes.count, reads, repeat(b"\n\n", len(reads))))  # events each read completes
+        n_events = sum(ends)
+        # Every line break of the body in one of the reads' blank lines: none is split across two reads,
+        # no event holds a line break.
+        if n_events < 3 or body.count(b"\n") != 2 * n_events or b"\r" in body or b'"error"' in body:
+            return False  # or CR framing, or an error event: the full parse
+        # No event holds a line break (above), so each `}\n\ndata: {` is the boundary of two one-line
+        # `data: {...}` events: all n_events - 2 boundaries before [DONE] must be such.
+        if not (body.startswith(b"data: {") and body.endswith(b"}\n\ndata: [DONE]\n\n")
+                and body.count(b"}\n\ndata: {") == n_events - 2):
             return False
-        content = events[:-2]
-        for e in content:
-            if not (e.startswith(b"data: {") and e.endswith(b"}")) or b"\n" in e or b'"error"' in e:
-                return False
+        sep = body.find(b"\n\n")
+        last_ev, usage_ev = body[:-len(b"\n\ndata: [DONE]\n\n")].rsplit(b"\n\n", 2)[-2:]
         try:
-            tail = orjson.loads(events[-2][6:])
-            first = orjson.loads(content[0][6:])
-        except (orjson.JSONDecodeError, IndexError):
+            tail = orjson.loads(usage_ev[6:])
+            obj = orjson.loads(body[6:sep])
+        except orjson.JSONDecodeError:
             return False
-        if not isinstance(tail, dict) or not isinstance(first, dict):
+        if not isinstance(tail, dict) or not isinstance(obj, dict):
             return False
-        skip = 0
+        skip, content = 0, n_events - 2
         probe = Stream()
-        ended = self._choices(first, 0, probe)
+        ended = self._choices(obj, 0, probe)
         if not probe.chunk_t:  # chat's role-only first chunk: not a token
-            skip, content = 1, content[1:]
+            skip, content = 1, content - 1
             if not content:
                 return False
-        usage = tail.get("usage")
-        if not isinstance(usage, dict) or tail.get("choices") or usage.get("completion_tokens") != len(content):
-            return False
-        for e in (content[0], content[-1]):
             try:
-                obj = orjson.loads(e[6:])
+                obj = orjson.loads(body[sep + 8:body.find(b"\n\n", sep + 2)])
             except orjson.JSONDecodeError:
                 return False
             probe = Stream()
             ended = self._choices(obj, 0, probe) or ended
-            if len(probe.chunk_t) != 1:
-                return False
-        if not ended:
+        usage = tail.get("usage")
+        if not isinstance(usage, dict) or tail.get("choices") or usage.get("completion_tokens") != content:
             return False
-        t = np.repeat(np.asarray(read_t_ns, dtype=np.int64), ends)[skip:skip + len(content)]
+        if len(probe.chunk_t) != 1:  # the first content event: one token
+            return False
+        try:
+            obj = orjson.loads(last_ev[6:])
+        except orjson.JSONDecodeError:
+            return False
+        probe = Stream()
+        ended = self._choices(obj, 0, probe) or ended
+        if len(probe.chunk_t) != 1 or not ended:  # the last content event: one token
+            return False
+        t = np.repeat(np.asarray(read_t_ns, dtype=np.int64), ends)[skip:skip + content]
         row.prompt_tokens = usage.get("prompt_tokens")
         row.chunk_t_ns.frombytes(t.tobytes())
-        row.chunk_tokens.extend([1] * len(content))
-        row.n_chunks = row.output_tokens = len(content)
+        row.chunk_tokens.extend([1] * content)
+        row.n_chunks = row.output_tokens = content
         row.first_token_ns, row.last_token_ns = int(t[0]), int(t[-1])
         _server_timings(row, tail.get("metrics"), tail.get("timings"))
         if row.outcome is None:

@@ -1,6 +1,10 @@
 """rawhttp's response parsing, done after the stream from the stamped raw reads (no sockets here)."""
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadgen import rawhttp
 from loadgen.rawhttp import parse_response
 from loadgen.transport import TransportError
 
@@ -46,3 +50,29 @@ def test_not_http_is_a_bad_response():
     with pytest.raises(TransportError) as e:
         parse_response([b"SSH-2.0-OpenSSH\r\n\r\n"], closed=False)
     assert e.value.kind == "bad_response"
+
+
+# The read-by-read de-chunker (the common case) gives exactly what the joined path gives, or defers to it.
+CHUNKS = st.lists(st.tuples(st.binary(min_size=1, max_size=30), st.sampled_from([b"", b";ext=1", b" "])),
+                  max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=CHUNKS, ending=st.sampled_from([b"0\r\n\r\n", b"0\r\n", b"0\r\nX-T: 1\r\n\r\n", b"", b"3\r\nab"]),
+       cuts=st.lists(st.integers(0, 400), max_size=10))
+def test_read_by_read_dechunk_equals_the_joined_path(chunks, ending, cuts):
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    raw = head + b"".join(b"%x%s\r\n%s\r\n" % (len(d), ext, d) for d, ext in chunks) + ending
+    points = sorted({min(c, len(raw)) for c in cuts} | {len(raw)})
+    reads = [raw[a:b] for a, b in zip([0] + points, points) if b > a]
+    offsets, pos = [], 0
+    for r in reads:
+        offsets.append((pos, pos + len(r)))
+        pos += len(r)
+    body, owner, complete = rawhttp._dechunk(raw, len(head), offsets)
+    expect = rawhttp._split_by_read(body, owner, offsets, len(head))
+    fast = rawhttp._dechunk_reads(reads, len(head))
+    if fast is not None:
+        assert fast == (expect, complete)
+    p = parse_response(reads, closed=False)
+    assert (p.body_reads, p.complete) == (expect, complete)
