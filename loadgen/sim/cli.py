@@ -143,12 +143,8 @@ def main(argv: list[str]) -> int:
         return _run_parent(argv, args)
     try:
         sim, extra_routes = _make_sim(args, faults, child)
-    except OSError as e:
-        print(f"loadgen sim: error: {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"loadgen sim: error: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as e:
+        return _bad_file(e)
     from loadgen.sim.app import build_app, serve_forever
     from loadgen.sim.clock import new_event_loop
 
@@ -164,6 +160,12 @@ def main(argv: list[str]) -> int:
         loop.close()
 
 
+def _bad_file(e: OSError | ValueError) -> int:
+    # a truth / profile / step-log file that cannot be opened, or a bad name for one: exit 2, no traceback
+    print(f"loadgen sim: error: {f'{e.filename}: {e.strerror}' if isinstance(e, OSError) else e}", file=sys.stderr)
+    return 2
+
+
 def _run_parent(argv: list[str], args) -> int:
     # `--processes N`, N > 1: hold the port, start the children (sim/multi.py), finish the one truth file.
     import asyncio
@@ -174,12 +176,8 @@ def _run_parent(argv: list[str], args) -> int:
     try:
         if args.truth:
             start_shared(args.truth)
-    except OSError as e:
-        print(f"loadgen sim: error: {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"loadgen sim: error: {e}", file=sys.stderr)
-        return 2
+    except (OSError, ValueError) as e:
+        return _bad_file(e)
     try:
         sock = reserve_port(args.host, args.port)
     except OSError as e:
