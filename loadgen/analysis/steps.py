@@ -27,11 +27,47 @@ BASE_Q = 0.1
 ROLLING = 64
 
 
+MERGE_FRACTION = 0.5
+
+
+def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int, gap_ns: float) -> np.ndarray:
+    """Step label per stamp (stamps sorted by time). First cut wherever consecutive stamps are more than
+    cluster_ns apart; then undo a cut that no stream confirms (no stream has its previous stamp in the
+    cluster just before: one token per stream per step, so a real step boundary is crossed by every
+    stream decoding across it) when it comes less than MERGE_FRACTION x the median stream gap after the
+    previous cut: a busy client's reads of one step spread over a few ms and can leave gaps > cluster_ns."""
+    lab = np.concatenate(([0], np.cumsum(np.diff(t_ns) > cluster_ns)))
+    order = np.lexsort((t_ns, owner))  # by stream, then time
+    for _ in range(4):
+        prev = np.full(len(t_ns), -2)
+        same = owner[order][1:] == owner[order][:-1]
+        prev[order[1:][same]] = lab[order[:-1][same]]
+        n = int(lab[-1]) + 1
+        confirmed = np.zeros(n, dtype=bool)
+        confirmed[lab[prev == lab - 1]] = True
+        start = np.full(n, np.iinfo(np.int64).max)
+        np.minimum.at(start, lab, t_ns)
+        keep = np.ones(n, dtype=bool)
+        keep[1:] = confirmed[1:] | (np.diff(start) >= MERGE_FRACTION * gap_ns)
+        if keep.all():
+            break
+        lab = np.cumsum(keep)[lab] - 1
+    return lab
+
+
 def boundaries(tokens: pl.DataFrame, cluster_ns: int) -> pl.DataFrame:
-    """b_ns (sorted cluster starts) and x_ns, the excess of the step ending there."""
-    b = (tokens.lazy().select(pl.col("t_ns").unique().sort())
-         .with_columns(new=(pl.col("t_ns").diff().fill_null(cluster_ns + 1) > cluster_ns))
-         .filter(pl.col("new")).select(pl.col("t_ns").alias("b_ns"))
+    """b_ns (sorted step starts, as the earliest stamp of each step's cluster) and x_ns, the excess of
+    the step ending there."""
+    t = tokens.select("request_id", "t_ns").sort("t_ns")
+    t_ns = t["t_ns"].to_numpy()
+    if len(t_ns) == 0:
+        return pl.DataFrame({"b_ns": [], "x_ns": []}, schema={"b_ns": pl.Int64, "x_ns": pl.Float64})
+    owner = t["request_id"].cast(pl.Categorical).to_physical().to_numpy()
+    gaps = (t.with_columns(g=pl.col("t_ns").diff().over("request_id"))["g"].drop_nulls())
+    gap_ns = float(gaps.median()) if gaps.len() else 0.0
+    lab = _labels(t_ns, owner, cluster_ns, gap_ns)
+    first = np.concatenate(([True], lab[1:] != lab[:-1]))
+    b = (pl.DataFrame({"b_ns": t_ns[first]}).lazy()
          .with_columns(d_ns=pl.col("b_ns").diff())  # null for the first: no step ends there
          .with_columns(base=pl.col("d_ns").cast(pl.Float64).rolling_quantile(
              BASE_Q, interpolation="lower", window_size=ROLLING, min_samples=1, center=True))
