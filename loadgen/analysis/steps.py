@@ -75,12 +75,10 @@ def boundaries(tokens: pl.DataFrame, cluster_ns: int) -> pl.DataFrame:
     return b.collect()
 
 
-def scheduled_ns(tokens: pl.DataFrame, req: pl.DataFrame, compute_ms: pl.Expr, idle_ms: pl.Expr,
-                 cluster_ns: int = 1_000_000) -> np.ndarray:
-    """req: first_token_ns, sent_ns (or connected/dispatched); compute_ms: the prefill's idle compute;
-    idle_ms: its whole idle prefill time.
+def scheduled_ns(b: pl.DataFrame, req: pl.DataFrame, compute_ms: pl.Expr, idle_ms: pl.Expr) -> np.ndarray:
+    """b: boundaries(); req: first_token_ns, sent_ns (or connected/dispatched); compute_ms: the prefill's
+    idle compute; idle_ms: its whole idle prefill time.
     Returns the estimated scheduling time (ns) per row of req, in req's order."""
-    b = boundaries(tokens, cluster_ns)
     B = b["b_ns"].to_numpy()
     P = np.cumsum(b["x_ns"].to_numpy())  # P[i]: excess of steps 1..i
     r = req.select(pl.col("first_token_ns"), pl.coalesce("sent_ns", "connected_ns", "dispatched_ns").alias("sent"),
