@@ -24,21 +24,37 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
                     durations, llama.cpp's timings (backends/*.py fill server_*_ms). decode is the
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
-    calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
-                    on the idle server before the run (L = prompt tokens, loadgen/calibrate.py), and the
-                    engine's step boundaries seen in every stream's stamps (steps.py): the prefill
-                    started at the step boundary from which the steps' excess over a decode-only
-                    step covers 0.75 x its idle compute (at least one step; several when chunked),
-                    or when the request was sent if the engine was idle. prefill = first_token - that start (clipped to
+    calibrated      an estimate from client-side sources: the engine's steps seen in every stream's
+                    stamps (steps.py: a cluster of stamps ends a step), every request's send time and
+                    prompt tokens, and prefill_idle(L) = a + b*L + c*L^2 fitted on the idle server before
+                    the run (L = prompt tokens, loadgen/calibrate.py). The prefill started when the
+                    engine admitted the request, found by a replay of a FCFS continuous-batching
+                    scheduler over those steps (replay.py: a token budget per step and a seat limit,
+                    both fitted to the run as the pair that puts the most first tokens in the step the
+                    client saw them in; warm-up requests take part). Where the replay reproduces the
+                    request's first-token step ("matched"), its admission step is the start; else the
+                    step-excess walk: the step boundary from which the steps' excess over a decode-only
+                    step covers 0.75 x its idle compute (at least one step; several when chunked), or
+                    the send if the engine was idle. prefill = first_token - that start (clipped to
                     [0, ttft_from_send - connect]); queue = ttft_from_send - connect - prefill.
                     Under load a prefill shares its step with other prompts and running decodes:
-                    the boundaries put that slowdown in prefill, as the server's own clock would.
+                    the steps put that slowdown in prefill, as the server's own clock would; a short
+                    prompt admitted into the budget a long one left over, and chunked, counts the
+                    steps it waited in as prefill too (the engine had scheduled it).
+                    queue_uncertainty_ms: 0 where matched, else the window the stamps leave open (from
+                    the first step start after the send to the start of the step producing the first
+                    token): queue and prefill move by at most that, in opposite directions.
+                    Left out of the replay (the walk then answers): KV-capacity waits, preemptions,
+                    prefix-cache hits, a step with no stream to stamp it.
     none            no timings and no calibration (--no-calibrate): queue and prefill are null and the
                     whole server-side TTFT lands in `other`.
 decode_ideal uses the calibrated idle ITL (itl(L) = d + e*L); without calibration, the p5 over requests
 of their median gap (the fastest streams of the run), which overstates the ideal under steady load.
 Server histograms (vllm:request_{queue,prefill,decode}_time_seconds deltas) are an aggregate
 cross-check only: see `histogram_crosscheck`.
+aggregate() adds queue_uncertainty_ms = sum of the rows' / n (a bound on the error of the mean queue and
+prefill from unmatched rows; null without calibrated rows); explain adds `replay` {budget_tokens, seats
+(null = no limit needed), matched_share}.
 
 "At p99" = the mean decomposition of the requests whose e2e (or ttft) is at or beyond its p99.
 """

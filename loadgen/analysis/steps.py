@@ -1,8 +1,10 @@
 """When did the server start a request's prefill? An estimate from engine step boundaries seen by the client.
 
 A continuous-batching engine emits one token per running stream at the end of every step, so the
-client sees steps as clusters of chunk stamps (stamps closer than `cluster_ns` form one cluster; its
-earliest stamp is the boundary B_i; step i lasts D_i = B_i - B_{i-1}). Prefill work makes a step
+client sees steps as clusters of chunk stamps (stamps closer than `cluster_ns` form one cluster, and a
+cut no stream crosses within MERGE_FRACTION x the median stream gap of the previous one is undone: a
+busy client reads one step's chunks over several ms; the earliest stamp is the boundary B_i; step i
+lasts D_i = B_i - B_{i-1}). Prefill work makes a step
 longer than a decode-only step, so each step has an excess X_i = max(0, D_i - base_i), base_i = the
 BASE_Q quantile of the step durations around it (ROLLING steps): its decode-only duration.
 A request's prefill ends with the step k that emits its first token f. Walking back from k, its
