@@ -139,23 +139,30 @@ def fit(B: np.ndarray, sent_ns: np.ndarray, prompt_tokens: np.ndarray, first_ns:
         return best is None or (int(a.matched.sum()), a.budget_tokens, a.seats) > (
             int(best.matched.sum()), best.budget_tokens, best.seats)
 
-    for budget in BUDGETS:  # seats unlimited first: the budget alone
-        rp = replay(B, sent_ns, prompt_tokens, kf, kl, budget, NO_LIMIT)
-        if better(rp):
-            best = rp
-        if not rp.budget_bound:
-            break  # no budget held anyone back: a larger one replays the same
-    # then the seat limit, at the best budget: the bound and just above it (a binding limit is
-    # usually reached by the decoders alone), then doubling
+    def budgets(seats: int) -> None:
+        nonlocal best
+        for budget in BUDGETS:
+            rp = replay(B, sent_ns, prompt_tokens, kf, kl, budget, seats)
+            if better(rp):
+                best = rp
+            if not rp.budget_bound:
+                break  # no budget held anyone back: a larger one replays the same
+
+    budgets(NO_LIMIT)  # the budget alone first
+    # then the seat limit at that budget: the bound and just above it (a binding limit is usually
+    # reached by the decoders alone), then doubling
     seats = [s_min, s_min + 1, s_min + 2]
     while seats[-1] * 2 < len(sent_ns):
         seats.append(seats[-1] * 2)
+    at_budget = best.budget_tokens
     for s in seats:
-        rp = replay(B, sent_ns, prompt_tokens, kf, kl, best.budget_tokens, s)
+        rp = replay(B, sent_ns, prompt_tokens, kf, kl, at_budget, s)
         if better(rp):
             best = rp
         if not rp.seats_bound:
             break
+    if best.seats != NO_LIMIT:
+        budgets(best.seats)  # a small budget can mimic a seat limit: the budget again, at those seats
     return best
 
 

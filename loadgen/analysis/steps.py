@@ -2,7 +2,8 @@
 
 A continuous-batching engine emits one token per running stream at the end of every step, so the
 client sees steps as clusters of chunk stamps (stamps closer than `cluster_ns` form one cluster, and a
-cut no stream crosses within MERGE_FRACTION x the median stream gap of the previous one is undone: a
+cut no stream crosses within MERGE_FRACTION x max(median stream gap, the step before) of the previous
+one is undone: a
 busy client reads one step's chunks over several ms; the earliest stamp is the boundary B_i; step i
 lasts D_i = B_i - B_{i-1}). Prefill work makes a step
 longer than a decode-only step, so each step has an excess X_i = max(0, D_i - base_i), base_i = the
@@ -36,8 +37,9 @@ def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int, gap_ns: float)
     """Step label per stamp (stamps sorted by time). First cut wherever consecutive stamps are more than
     cluster_ns apart; then undo a cut that no stream confirms (no stream has its previous stamp in the
     cluster just before: one token per stream per step, so a real step boundary is crossed by every
-    stream decoding across it) when it comes less than MERGE_FRACTION x the median stream gap after the
-    previous cut: a busy client's reads of one step spread over a few ms and can leave gaps > cluster_ns."""
+    stream decoding across it) when it comes less than MERGE_FRACTION x the median stream gap, or x the
+    step before, after the previous cut: a busy client's (or server's) writes and reads of one step spread
+    over a few ms and can leave gaps > cluster_ns."""
     lab = np.concatenate(([0], np.cumsum(np.diff(t_ns) > cluster_ns)))
     order = np.lexsort((t_ns, owner))  # by stream, then time
     for _ in range(4):
@@ -49,8 +51,10 @@ def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int, gap_ns: float)
         confirmed[lab[prev == lab - 1]] = True
         start = np.full(n, np.iinfo(np.int64).max)
         np.minimum.at(start, lab, t_ns)
+        step = np.diff(start)
+        prev_step = np.concatenate(([0], step[:-1]))  # the duration of the step before the cut's
         keep = np.ones(n, dtype=bool)
-        keep[1:] = confirmed[1:] | (np.diff(start) >= MERGE_FRACTION * gap_ns)
+        keep[1:] = confirmed[1:] | (step >= MERGE_FRACTION * np.maximum(gap_ns, prev_step))
         if keep.all():
             break
         lab = np.cumsum(keep)[lab] - 1
