@@ -54,7 +54,7 @@ Server histograms (vllm:request_{queue,prefill,decode}_time_seconds deltas) are 
 cross-check only: see `histogram_crosscheck`.
 aggregate() adds queue_uncertainty_ms = sum of the rows' / n (a bound on the error of the mean queue and
 prefill from unmatched rows; null without calibrated rows); explain adds `replay` {budget_tokens, seats
-(null = no limit needed), matched_share}.
+(null = no limit needed), matched_share (over every ok request, warm-up included)}.
 
 "At p99" = the mean decomposition of the requests whose e2e (or ttft) is at or beyond its p99.
 """
@@ -181,8 +181,9 @@ def _replayed(run: Run, base: pl.DataFrame, B: np.ndarray,
     unc_ms = np.clip(hi - lo, 0, None) / NS_PER_MS
     if rp is None:
         return walk_ns, unc_ms, None
-    r = (pl.DataFrame({"request_id": ok["request_id"], "rs": rp.sched_ns, "m": rp.matched})
-         .join(base.select("request_id"), on="request_id", how="right"))
+    r = base.select("request_id").join(pl.DataFrame({"request_id": ok["request_id"], "rs": rp.sched_ns,
+                                                     "m": rp.matched}), on="request_id", how="left",
+                                       maintain_order="left")
     matched = r["m"].fill_null(False).to_numpy() & (r["rs"].fill_null(-1).to_numpy() >= 0)
     sched = np.where(matched, r["rs"].fill_null(0).to_numpy(), walk_ns)
     fit = {"budget_tokens": None if rp.budget_tokens >= replay.NO_LIMIT else rp.budget_tokens,
