@@ -33,7 +33,7 @@ ROLLING = 64
 MERGE_FRACTION = 0.5
 
 
-def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int, gap_ns: float) -> np.ndarray:
+def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int) -> np.ndarray:
     """Step label per stamp (stamps sorted by time). First cut wherever consecutive stamps are more than
     cluster_ns apart; then undo a cut that no stream confirms (no stream has its previous stamp in the
     cluster just before: one token per stream per step, so a real step boundary is crossed by every
@@ -42,15 +42,16 @@ def _labels(t_ns: np.ndarray, owner: np.ndarray, cluster_ns: int, gap_ns: float)
     over a few ms and can leave gaps > cluster_ns."""
     lab = np.concatenate(([0], np.cumsum(np.diff(t_ns) > cluster_ns)))
     order = np.lexsort((t_ns, owner))  # by stream, then time
+    same = owner[order][1:] == owner[order][:-1]
+    gaps = np.diff(t_ns[order])[same]
+    gap_ns = float(np.median(gaps)) if gaps.size else 0.0
     for _ in range(4):
         prev = np.full(len(t_ns), -2)
-        same = owner[order][1:] == owner[order][:-1]
         prev[order[1:][same]] = lab[order[:-1][same]]
         n = int(lab[-1]) + 1
         confirmed = np.zeros(n, dtype=bool)
         confirmed[lab[prev == lab - 1]] = True
-        start = np.full(n, np.iinfo(np.int64).max)
-        np.minimum.at(start, lab, t_ns)
+        start = t_ns[np.flatnonzero(np.diff(lab, prepend=-1))]  # labels rise with time: first stamp of each
         step = np.diff(start)
         prev_step = np.concatenate(([0], step[:-1]))  # the duration of the step before the cut's
         keep = np.ones(n, dtype=bool)
@@ -69,9 +70,7 @@ def boundaries(tokens: pl.DataFrame, cluster_ns: int) -> pl.DataFrame:
     if len(t_ns) == 0:
         return pl.DataFrame({"b_ns": [], "x_ns": []}, schema={"b_ns": pl.Int64, "x_ns": pl.Float64})
     owner = t["request_id"].cast(pl.Categorical).to_physical().to_numpy()
-    gaps = (t.with_columns(g=pl.col("t_ns").diff().over("request_id"))["g"].drop_nulls())
-    gap_ns = float(gaps.median()) if gaps.len() else 0.0
-    lab = _labels(t_ns, owner, cluster_ns, gap_ns)
+    lab = _labels(t_ns, owner, cluster_ns)
     first = np.concatenate(([True], lab[1:] != lab[:-1]))
     b = (pl.DataFrame({"b_ns": t_ns[first]}).lazy()
          .with_columns(d_ns=pl.col("b_ns").diff())  # null for the first: no step ends there
