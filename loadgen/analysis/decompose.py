@@ -24,39 +24,59 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
                     durations, llama.cpp's timings (backends/*.py fill server_*_ms). decode is the
                     server's decode time when given. Where only prefill is given (llama.cpp) the queue
                     is derived: ttft_from_send - connect - prefill.
-    calibrated      an estimate from two client-side sources: prefill_idle(L) = a + b*L + c*L^2 fitted
-                    on the idle server before the run (L = prompt tokens, loadgen/calibrate.py), and the
-                    engine's step boundaries seen in every stream's stamps (steps.py): the prefill
-                    started at the step boundary from which the steps' excess over a decode-only
-                    step covers 0.75 x its idle compute (at least one step; several when chunked),
-                    or when the request was sent if the engine was idle. prefill = first_token - that start (clipped to
+    calibrated      an estimate from client-side sources: the engine's steps seen in every stream's
+                    stamps (steps.py: a cluster of stamps ends a step), every request's send time and
+                    prompt tokens, and prefill_idle(L) = a + b*L + c*L^2 fitted on the idle server before
+                    the run (L = prompt tokens, loadgen/calibrate.py). The prefill started when the
+                    engine admitted the request, found by a replay of a FCFS continuous-batching
+                    scheduler over those steps (replay.py: a token budget per step and a seat limit,
+                    both fitted to the run as the pair that puts the most first tokens in the step the
+                    client saw them in; warm-up requests take part). Where the replay reproduces the
+                    request's first-token step ("matched"), its admission step is the start; else the
+                    step-excess walk: the step boundary from which the steps' excess over a decode-only
+                    step covers 0.75 x its idle compute (at least one step; several when chunked), or
+                    the send if the engine was idle. prefill = first_token - that start (clipped to
                     [0, ttft_from_send - connect]); queue = ttft_from_send - connect - prefill.
                     Under load a prefill shares its step with other prompts and running decodes:
-                    the boundaries put that slowdown in prefill, as the server's own clock would.
+                    the steps put that slowdown in prefill, as the server's own clock would; a short
+                    prompt admitted into the budget a long one left over, and chunked, counts the
+                    steps it waited in as prefill too (the engine had scheduled it).
+                    queue_uncertainty_ms: 0 where matched, else the window the stamps leave open (from
+                    the first step start after the send to the start of the step producing the first
+                    token): queue and prefill move by at most that, in opposite directions.
+                    Left out of the replay (the walk then answers): KV-capacity waits, preemptions,
+                    prefix-cache hits, a step with no stream to stamp it.
     none            no timings and no calibration (--no-calibrate): queue and prefill are null and the
                     whole server-side TTFT lands in `other`.
 decode_ideal uses the calibrated idle ITL (itl(L) = d + e*L); without calibration, the p5 over requests
 of their median gap (the fastest streams of the run), which overstates the ideal under steady load.
 Server histograms (vllm:request_{queue,prefill,decode}_time_seconds deltas) are an aggregate
 cross-check only: see `histogram_crosscheck`.
+aggregate() adds queue_uncertainty_ms = sum of the rows' / n (a bound on the error of the mean queue and
+prefill from unmatched rows; null without calibrated rows); explain adds `replay` {budget_tokens, seats
+(null = no limit needed), matched_share (over every ok request, warm-up included)}.
 
 "At p99" = the mean decomposition of the requests whose e2e (or ttft) is at or beyond its p99.
 """
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from loadgen import metrics
 from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls
-from loadgen.analysis.steps import scheduled_ns
+from loadgen.analysis import replay
+from loadgen.analysis.steps import boundaries, scheduled_ns
 from loadgen.results import Run
 
 COMPONENTS = ("send_lag", "slot_wait", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
               "decode_stalls", "other")
-COLUMNS = ("request_id", "method", "e2e_ms", *(f"{c}_ms" for c in COMPONENTS), "stall_causes")
+COLUMNS = ("request_id", "method", "e2e_ms", *(f"{c}_ms" for c in COMPONENTS), "stall_causes",
+           "queue_uncertainty_ms")
 # Context kept beside the contract columns (for windows and per-length tables).
 EXTRA = ("intended_ns", "prompt_tokens", "output_tokens", "ttft_ms", "tpot_ms")
 NS_PER_MS = 1e6
+CLUSTER_NS = 1_000_000  # stamps closer than this are one step's (steps.py merges more where streams say so)
 
 
 def _poly(coef: list[float], x: pl.Expr) -> pl.Expr:
@@ -66,7 +86,9 @@ def _poly(coef: list[float], x: pl.Expr) -> pl.Expr:
     return out
 
 
-def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None = None) -> pl.DataFrame:
+def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None = None,
+              replay_fit: dict | None = None) -> pl.DataFrame:
+    # replay_fit: filled (when given) with the FCFS replay's fitted engine limits (calibrated method)
     req = run.requests.lazy().filter(~pl.col("warmup") & (pl.col("outcome") == "ok")
                                      & pl.col("first_token_ns").is_not_null())
     L = pl.coalesce("prompt_tokens", "planned_prompt_tokens")
@@ -82,13 +104,18 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         idle = _poly(coef, pl.col("prompt_tokens")).clip(lower_bound=0)
         compute = (idle - coef[0]).clip(lower_bound=0)
         base = base.collect()
-        base = base.with_columns(scheduled_est_ns=pl.Series(scheduled_ns(run.tokens, base, compute, idle))).lazy()
+        b = boundaries(run.tokens, CLUSTER_NS)
+        sched, unc, fit = _replayed(run, base, b["b_ns"].to_numpy(), scheduled_ns(b, base, compute, idle))
+        del b
+        base = base.with_columns(scheduled_est_ns=pl.Series(sched, dtype=pl.Int64),
+                                 _unc_ms=pl.Series(unc, dtype=pl.Float64)).lazy()
         est_prefill = pl.min_horizontal(((pl.col("first_token_ns") - pl.col("scheduled_est_ns")) / NS_PER_MS),
                                         server_side).clip(lower_bound=0)
         itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
         fallback = "calibrated"
         base = base.with_columns(_idle_ms=idle)
     else:
+        fit = None
         est_prefill = pl.lit(None, pl.Float64)
         itl = None
         fallback = "none"
@@ -127,7 +154,42 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         other_ms=pl.col("e2e_ms") - pl.col("send_lag_ms") - pl.col("slot_wait_ms") - pl.col("connect_ms")
         - pl.col("queue_ms").fill_null(0) - pl.col("prefill_ms").fill_null(0) - pl.col("decode_ms"),
     )
+    d = d.with_columns(queue_uncertainty_ms=pl.when(pl.col("method") == "calibrated")
+                       .then(pl.col("_unc_ms") if "_unc_ms" in d.columns else None).otherwise(None)
+                       .cast(pl.Float64))
+    if replay_fit is not None and fit is not None:
+        replay_fit.update(fit)
     return d.select(*COLUMNS, *EXTRA)
+
+
+def _replayed(run: Run, base: pl.DataFrame, B: np.ndarray,
+              walk_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict | None]:
+    """Scheduling time per row of base (ns): the FCFS replay's admission where the replay reproduced the
+    request's first-token step (replay.py), else the step-excess walk's. And the queue uncertainty (ms):
+    0 where the replay matched, else the width of the window the stamps leave open, from the first step
+    start after send to the start of the step that produced the first token."""
+    ok = (run.requests.filter((pl.col("outcome") == "ok") & pl.col("first_token_ns").is_not_null())
+          .select("request_id", pl.coalesce("sent_ns", "connected_ns", "dispatched_ns").alias("sent"),
+                  pl.coalesce("prompt_tokens", "planned_prompt_tokens").fill_null(1).alias("L"),
+                  "first_token_ns", pl.coalesce("last_token_ns", "first_token_ns").alias("last"))
+          .sort("sent"))  # warm-up requests included: they held the engine too
+    rp = replay.fit(B, ok["sent"].to_numpy(), ok["L"].to_numpy(), ok["first_token_ns"].to_numpy(),
+                    ok["last"].to_numpy())
+    sent = base.select(pl.coalesce("sent_ns", "connected_ns", "dispatched_ns"))[:, 0].to_numpy()
+    first = base["first_token_ns"].to_numpy()
+    lo, hi = replay.window(B, sent, first)
+    unc_ms = np.clip(hi - lo, 0, None) / NS_PER_MS
+    if rp is None:
+        return walk_ns, unc_ms, None
+    r = base.select("request_id").join(pl.DataFrame({"request_id": ok["request_id"], "rs": rp.sched_ns,
+                                                     "m": rp.matched}), on="request_id", how="left",
+                                       maintain_order="left")
+    matched = r["m"].fill_null(False).to_numpy() & (r["rs"].fill_null(-1).to_numpy() >= 0)
+    sched = np.where(matched, r["rs"].fill_null(0).to_numpy(), walk_ns)
+    fit = {"budget_tokens": None if rp.budget_tokens >= replay.NO_LIMIT else rp.budget_tokens,
+           "seats": None if rp.seats >= replay.NO_LIMIT else rp.seats,
+           "matched_share": float(rp.matched.mean())}
+    return sched, np.where(matched, 0.0, unc_ms), fit
 
 
 def _fastest_itl_ms(g: metrics.Gaps) -> float:
@@ -156,6 +218,10 @@ def aggregate(d: pl.DataFrame) -> dict:
     methods = d["method"].unique().sort().to_list() if d.height else []
     out["method"] = methods[0] if len(methods) == 1 else ("mixed: " + ", ".join(methods) if methods else None)
     out["e2e_mean"] = float(d["e2e_ms"].mean()) if d.height else None
+    # a bound on the mean queue's (and prefill's) error from the calibrated rows: every request the replay
+    # did not reproduce sitting at the far end of the window its stamps allow (0 where all matched)
+    unc = d["queue_uncertainty_ms"].drop_nulls() if "queue_uncertainty_ms" in d.columns else pl.Series([])
+    out["queue_uncertainty_ms"] = float(unc.sum()) / d.height if unc.len() and d.height else None
     out["stalls"] = {"requests_stalled": int((d["decode_stalls_ms"] > 0).sum()) if d.height else 0,
                      "total_ms": float(d["decode_stalls_ms"].sum()) if d.height else 0.0}
     return out

@@ -44,8 +44,10 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
 def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl.DataFrame]:
     calibration = run.calibration()
     metrics = run.server_metrics()
-    d = dec.decompose(run, calibration)
+    fit: dict = {}
+    d = dec.decompose(run, calibration, replay_fit=fit)
     agg = dec.aggregate(d)
+    agg["replay"] = fit or None
     by_len = dec.by_prompt_tokens(d)
     out: dict = {
         "decomposition_ms": agg,
