@@ -141,7 +141,16 @@ def same_work(a: dict, b: dict) -> list[dict]:
     return diffs
 
 
-def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effect) -> dict:
+def host_floor_ms(*runs: RunData) -> float:
+    """The smallest change in ms a verdict may name: the larger of the runs' client loop-lateness p99 (how
+    late the host let the client take its stamps, as each run measured it). A busy host shifts a run's times
+    by up to that much; a change below it may be the host's, not the server's (e.g. a mean of 0.9 ms of
+    `other` moving by 0.2 ms between a run and its rerun is -22 %, and its CI excludes 0)."""
+    late = [((r.manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") for r in runs]
+    return max([float(x) for x in late if x is not None], default=0.0)
+
+
+def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effect, floor_ms=0.0) -> dict:
     diff = b_draws - a_draws
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(a_draws != 0, b_draws / a_draws - 1, np.nan)
@@ -149,14 +158,15 @@ def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effec
     rel_ci = bs.interval(rel)
     resolved = rel_ci[0] is not None and (rel_ci[0] > 0 or rel_ci[1] < 0)
     verdict = "indistinguishable"
-    if resolved and point_rel is not None and abs(point_rel) >= min_effect:
+    big = unit != "ms" or (a_val is not None and b_val is not None and abs(b_val - a_val) >= floor_ms)
+    if resolved and point_rel is not None and abs(point_rel) >= min_effect and big:
         up_is_good = better == "higher"
         verdict = "better" if (point_rel > 0) == up_is_good else "worse"
     return {"metric": metric, "stat": stat, "unit": unit, "better": better, "a": _num(a_val), "b": _num(b_val),
             "a_ci": bs.interval(a_draws), "b_ci": bs.interval(b_draws),
             "diff": _num(b_val - a_val) if a_val is not None and b_val is not None else None,
             "diff_ci": bs.interval(diff), "rel": _num(point_rel), "rel_ci": rel_ci, "resolved": resolved,
-            "verdict": verdict}
+            "verdict": verdict, **({"floor_ms": floor_ms} if unit == "ms" else {})}
 
 
 def _num(v):
@@ -168,6 +178,7 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
     rng = np.random.default_rng(seed)
     ia, ib = bs.block_indices(a.n, resamples, rng), bs.block_indices(b.n, resamples, rng)
     ca, cb = (bs.block_indices(x.interval_ns.size, resamples, rng) for x in (a, b))
+    floor_ms = host_floor_ms(a, b)
     out = []
     for m in LATENCY:
         for stat, p in STATS.items():
@@ -179,7 +190,7 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
             else:
                 da, db = bs.per_request(a.latency[m], p, ia), bs.per_request(b.latency[m], p, ib)
                 va, vb = bs.stat(a.latency[m], p), bs.stat(b.latency[m], p)
-            out.append(_entry(m, stat, "ms", "lower", da, db, va, vb, min_effect))
+            out.append(_entry(m, stat, "ms", "lower", da, db, va, vb, min_effect, floor_ms))
     ns = 1e-9
 
     def rate(x: RunData, num: np.ndarray, idx) -> tuple[np.ndarray, float]:
@@ -202,7 +213,7 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
                 va, vb = (bs.stat(x.decomposition[c], None) for x in (a, b))
                 out.append(_entry(f"decomposition.{c}", "mean", "ms", "lower",
                                   bs.per_request(a.decomposition[c], None, ia),
-                                  bs.per_request(b.decomposition[c], None, ib), va, vb, min_effect))
+                                  bs.per_request(b.decomposition[c], None, ib), va, vb, min_effect, floor_ms))
     return out
 
 
@@ -304,7 +315,7 @@ def to_text(result: dict) -> str:
                          f"({_change(r['value'], r['rule'])})")
     lines += ["", "CI: 95 % moving-block bootstrap over requests (ITL: all of a request's tokens together); "
                   f"verdict needs the CI of the change to exclude 0 and |change| >= "
-                  f"{result['method']['min_effect']:.0%}"]
+                  f"{result['method']['min_effect']:.0%} and, in ms, >= the runs' client loop-lateness p99"]
     if result["failed_rules"]:
         lines += [f"FAILED: {f}" for f in result["failed_rules"]]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from loadgen import compare
 from loadgen.analysis import bootstrap as bs
 from loadgen.fail_if import FailIfError, evaluate, parse_fail_if
 
@@ -116,3 +117,20 @@ def test_fail_if_evaluation(rule, metrics, held):
 
 def test_fail_if_on_a_metric_the_comparison_lacks_says_nothing():
     assert evaluate(parse_fail_if("goodput < -5%"), entry(0.2, 4.0, [1.0, 7.0])) is None
+
+
+@pytest.mark.parametrize("unit, a_val, b_val, floor_ms, verdict", [
+    # a rerun's `other`: 0.9 -> 0.7 ms is -22 % with a CI excluding 0, but below the host's 3.9 ms lateness p99
+    ("ms", 0.9, 0.7, 3.9, "indistinguishable"),
+    # the same change on a host that took its stamps on time
+    ("ms", 0.9, 0.7, 0.0, "better"),
+    # a server-made change far above the floor
+    ("ms", 200.0, 280.0, 3.9, "worse"),
+    # rates have no ms floor
+    ("req/s", 0.9, 0.7, 3.9, "worse"),
+])
+def test_a_verdict_needs_a_change_above_the_hosts_lateness(unit, a_val, b_val, floor_ms, verdict):
+    a_draws, b_draws = a_val * np.linspace(0.99, 1.01, 100), np.full(100, b_val)
+    better = "higher" if unit == "req/s" else "lower"
+    e = compare._entry("m", "mean", unit, better, a_draws, b_draws, a_val, b_val, 0.05, floor_ms)
+    assert e["resolved"] and e["verdict"] == verdict
