@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,ray]'
 	touch $(STAMP)
 
-# A real workload against the built-in simulator, then the report.
+# A real workload against the built-in simulator, then the report (each run replaces the last one).
 run: install
-	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart)"
+	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart --overwrite)"
 
 # The HTML report's browser test needs Debian's chromium (a system package: apt, as root or through sudo).
 chromium:
