@@ -21,7 +21,7 @@ from loadgen.analysis import goodput
 from loadgen import metrics
 from loadgen.analysis.summary import latency_columns, measured
 from loadgen.fail_if import Rule, evaluate, parse_fail_if
-from loadgen.results import ResultsError, read_run
+from loadgen.results import ResultsError, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
 EXIT_FAIL_IF = 4
@@ -146,8 +146,7 @@ def host_floor_ms(*runs: RunData) -> float:
     late the host let the client take its stamps, as each run measured it). A busy host shifts a run's times
     by up to that much; a change below it may be the host's, not the server's (e.g. a mean of 0.9 ms of
     `other` moving by 0.2 ms between a run and its rerun is -22 %, and its CI excludes 0)."""
-    late = [((r.manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") for r in runs]
-    return max([float(x) for x in late if x is not None], default=0.0)
+    return max((loop_lateness_p99_ms(r.manifest) for r in runs), default=0.0)
 
 
 def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effect, floor_ms=0.0) -> dict:

@@ -89,6 +89,12 @@ class Summary(TypedDict, total=False):
     config: dict                   # the run's resolved config (manifest.config)
 
 
+def loop_lateness_p99_ms(manifest: dict) -> float:
+    """How late the run's event loop ran at p99 (ms; its lateness probe, manifest.generator): the most a
+    busy host delayed the client's stamps. 0.0 for a run that has no probe."""
+    return float(((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0)
+
+
 @dataclass
 class Run:
     path: Path

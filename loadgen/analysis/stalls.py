@@ -39,6 +39,7 @@ import polars as pl
 
 from loadgen.metrics import Gaps, gap_arrays
 from loadgen.metrics import request_gaps as gaps  # noqa: F401  (the frame form, for callers)
+from loadgen.results import loop_lateness_p99_ms
 
 
 BASELINE_Q = 0.1
@@ -60,8 +61,7 @@ class StallRule:
         # The client's own measured lateness L (the run's event-loop probe, p99): the last stamp of a stream
         # may be up to L late, so up to L of its decode time beyond the ideal can be the client's, not a
         # stall (decompose.py caps decode_stalls accordingly; ~0 on a quiet host).
-        late_ms = ((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0
-        return cls(client_lateness_ns=round(late_ms * 1e6))
+        return cls(client_lateness_ns=round(loop_lateness_p99_ms(manifest) * 1e6))
 
 
 def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: Gaps | None = None) -> pl.DataFrame:
