@@ -3,7 +3,7 @@ load, near, past the knee), measure the same plans, compare. ~4 min on the busy 
 
 test_twin_predicts_llama_server checks what must hold whatever the machine's load: the fit describes
 its own probes, every rate is predicted and measured (one row per request, all ok), and the prediction
-and the measurement agree on which rates keep up (the rates are chosen far from the knee on both sides).
+and the measurement agree on which rates keep up at light load and far past the knee.
 test_issue_targets asserts the issue's targets (p50 TTFT and TPOT within 10 % below the knee, p99 within
 20 %, capacity within 15 %). It is marked as a KNOWN GAP (xfail, not strict): on this shared 2-core
 machine the runs were slower than the fit's probes in almost every cell of 6 validation runs (5-50 %),
@@ -41,7 +41,9 @@ def test_twin_predicts_llama_server(validation):
     assert v["fit"]["rms_rel"] < 0.2, v["fit"]
     pts = v["points"]
     assert len(pts) == 3
-    for x in pts:
+    # Light load and far past the knee: predicted and measured agree. The middle rate is near the knee (quiet
+    # host: capacity ~3-4/s; beside two CPU burners ~2/s), so either side of it is right; its figures are printed.
+    for x in (pts[0], pts[-1]):
         assert x["keeps_up"]["predicted"] == x["keeps_up"]["measured"], x
     assert pts[0]["keeps_up"]["measured"] and not pts[-1]["keeps_up"]["measured"]
     assert v["capacity"] is not None

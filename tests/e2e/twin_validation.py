@@ -17,7 +17,7 @@ import orjson
 from loadgen.predict import Plan, point
 from loadgen.results import read_run
 from loadgen.sim.profiles import load_profile
-from tests.integration.conftest import loadgen
+from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 
 WORKLOAD = str(Path(__file__).with_name("twin_mixed.toml"))
 RATES = (1.0, 2.5, 6.0)
@@ -30,9 +30,11 @@ def fit(url: str, out: Path) -> dict:
     return orjson.loads(p.stdout)
 
 
+# The measurement keeps running when the host parks the client now and then (send lag is a client fault the
+# self-check flags, not what the twin is judged on): the table still shows what the server did.
 def measure(url: str, rate: float, out: Path) -> dict:
     p = loadgen("run", WORKLOAD, "--url", url, "--rate", f"{rate:g}/s", "--out", str(out), "--no-calibrate",
-                "--quiet", timeout=600)
+                "--quiet", *RELAXED_SELFCHECK, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = read_run(out).requests
     return point(rows, rows["warmup"].to_numpy() if "warmup" in rows.columns else np.zeros(rows.height, bool))
