@@ -2,6 +2,7 @@
 SSE event with time.monotonic_ns() (the simulator's clock) as it is read."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import aiohttp
@@ -41,3 +42,14 @@ def token_events(result: dict) -> list[tuple[int, str]]:
         if text:
             out.append((t, text))
     return out
+
+
+async def worst_timer_lateness_ns(stop) -> int:
+    # the most a 1 ms timer of this event loop fired late until `stop` (an asyncio.Event): how late the host
+    # let this process (the tests' client) run, as the simulator's lateness_ns says it of the simulator
+    worst = 0
+    while not stop.is_set():
+        due = time.monotonic_ns() + 1_000_000
+        await asyncio.sleep(0.001)
+        worst = max(worst, time.monotonic_ns() - due)
+    return worst

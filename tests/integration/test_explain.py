@@ -36,11 +36,15 @@ def test_server_timings_match_the_truth(tmp_path, backend, api, flags, run_flags
     if backend == "llamacpp":
         # derived: client TTFT - server prefill, so it also holds the request upload and the first
         # token's trip to the client (about 1 ms on a quiet host; plus however late the busy host let the
-        # client read, which the run measured: its loop lateness p99)
+        # client read, which the run measured: its worst loop lateness, and the simulator write the first
+        # token: the truth's lateness_ns)
         err = j["queue_ms"] - j["true_queue_ms"]
         assert err.min() >= -0.5, err.describe()
-        host_ms = read_run(run_dir).manifest["generator"]["loop_lateness_ms"]["p99"]
-        tol_ms = pl.max_horizontal(pl.lit(3.0), 0.05 * pl.col("true_queue_ms")) + host_ms
+        host_ms = read_run(run_dir).manifest["generator"]["loop_lateness_ms"]["max"]
+        j = j.join(pl.read_parquet(f"{run_dir}/sim_truth.parquet").select(
+            "request_id", (pl.col("lateness_ns").list.first().fill_null(0) / 1e6).alias("first_late_ms")),
+            on="request_id")
+        tol_ms = pl.max_horizontal(pl.lit(3.0), 0.05 * pl.col("true_queue_ms")) + host_ms + pl.col("first_late_ms")
         assert within(j, "queue_ms", "true_queue_ms", tol_ms) >= 0.9
     assert j["true_queue_ms"].mean() > 5  # the run did queue: the check above was not vacuous
 
@@ -71,11 +75,19 @@ def test_stall_attribution_in_chunked_prefill_interference(tmp_path, sim_flags):
     s, run_dir = run_and_report(tmp_path, "workloads/chunked-prefill-interference.toml", f"{SIM} {sim_flags}",
                                 "--requests", "48")
     j = joined(run_dir)
-    found, true = j["decode_stalls_ms"].sum(), j["true_stall_ms"].sum()
-    assert true > 10_000 and found >= 0.9 * true, (found, true)
-    assert found <= 1.1 * true, (found, true)
-    assert j.filter(pl.col("true_stall_ms") == 0).height > 0
-    assert j.filter(pl.col("true_stall_ms") == 0)["decode_stalls_ms"].sum() == 0
+    # where the host parked the simulator it wrote a token late (truth's lateness_ns) and the client saw a
+    # longer gap, then a catch-up: a stall the engine did not make, at most that late per request
+    late = pl.read_parquet(f"{run_dir}/sim_truth.parquet").select(
+        "request_id", (pl.col("lateness_ns").list.max().fill_null(0) / 1e6).alias("late_ms"))
+    j = j.join(late, on="request_id")
+    found, true, host_ms = j["decode_stalls_ms"].sum(), j["true_stall_ms"].sum(), j["late_ms"].sum()
+    assert true > 10_000 and found >= 0.9 * true - host_ms, (found, true, host_ms)
+    assert found <= 1.1 * true + host_ms, (found, true, host_ms)
+    calm = j.filter(pl.col("true_stall_ms") == 0)
+    assert calm.height > 0
+    assert (calm["decode_stalls_ms"] <= calm["late_ms"]).all(), calm.filter(pl.col("decode_stalls_ms") > 0)
+    if j["late_ms"].max() < 1:  # a host that kept the simulator's timings: none where the truth has none
+        assert calm["decode_stalls_ms"].sum() == 0
     stalled = j.filter(pl.col("decode_stalls_ms") > 0)
     assert stalled["stall_causes"].list.len().min() >= 1  # every stall names its cause
     assert s["decomposition_ms"]["stalls"]["requests_stalled"] == stalled.height
@@ -147,6 +159,7 @@ def test_calibrated_estimates_under_contention(tmp_path, workload_file, requests
     assert set(j["method"]) == {"calibrated"}
     ttft = j["ttft_ms"].mean()
     assert j["true_queue_ms"].mean() > 0.1 * ttft  # contention: the check below is not vacuous
+    skip_if_host_stalled(run_dir)  # the estimate is built from the client's stamps of engine steps
     for comp in ("queue", "prefill"):
         err = abs(j[f"{comp}_ms"].mean() - j[f"true_{comp}_ms"].mean()) / ttft
         assert err <= 0.05, (comp, err)

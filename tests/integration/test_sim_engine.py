@@ -3,8 +3,8 @@ metrics, several tokens per chunk. Uses the `tiny` profile (dilated where many s
 from __future__ import annotations
 
 import asyncio
-import time
 import re
+import statistics
 
 import aiohttp
 import orjson
@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.sim.process import SimProcess
 from loadgen.sim.truth import read_truth
-from tests.integration.sim_helpers import stream_completion, token_events
+from tests.integration.sim_helpers import stream_completion, token_events, worst_timer_lateness_ns
 
 
 def words(n: int, salt: str = "w") -> str:
@@ -23,80 +23,127 @@ def session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
 
 
-def ttft_ns(res) -> int:
-    return token_events(res)[0][0] - res["sent_ns"]
+# Engine-side timings, from the simulator's truth rows. The engine runs on virtual time (each step starts at
+# the previous step's due end), so a token's DUE time (token_ns - lateness_ns, monotonic ns) is what the engine
+# model decided and does not move when the host parks the simulator or this process; the send/read stamps do.
+def due_ns(row: dict) -> list[int]:
+    return [t - late for t, late in zip(row["token_ns"], row["lateness_ns"], strict=True)]
 
 
-def tpot_ns(res) -> float:
-    t = [s for s, _ in token_events(res)]
-    return (t[-1] - t[0]) / (len(t) - 1)
+def engine_ttft_ns(row: dict) -> int:
+    # first scheduled (a step's start) -> first token due: prefill as the engine timed it. Queueing is left
+    # out: arrival_ns is a wall-clock stamp, late by however long the host parked the simulator before it.
+    return due_ns(row)[0] - row["scheduled_ns"]
 
 
-def max_gap_ns(res) -> int:
-    t = [s for s, _ in token_events(res)]
-    return max(b - a for a, b in zip(t, t[1:]))
+def due_tpot_ns(row: dict) -> float:
+    d = due_ns(row)
+    return (d[-1] - d[0]) / (len(d) - 1)
+
+
+def due_gaps_ns(row: dict) -> list[int]:
+    d = due_ns(row)
+    return [b - a for a, b in zip(d, d[1:])]
+
+
+def truth_by_id(path) -> dict[str, dict]:
+    return {r["request_id"]: r for r in read_truth(path)}
 
 
 def test_a_ttft_grows_with_prompt_length_tpot_does_not(tmp_path):
-    # dilated x4 so that the sim's and the client's scheduling noise on a shared 2-core machine
-    # (up to a few ms) stays small against a TPOT of ~6 ms
-    with SimProcess(args=["--profile", "tiny", "--speed", "0.25"]) as sim:
+    truth = tmp_path / "truth.jsonl"
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.25", "--truth", str(truth)]) as sim:
         async def go():
             async with session() as s:
-                await stream_completion(s, sim.url, {"prompt": "warm", "max_tokens": 2, "stream": True})
-                short = await stream_completion(s, sim.url, {"prompt": words(200), "max_tokens": 48, "stream": True})
-                long = await stream_completion(s, sim.url, {"prompt": words(2000), "max_tokens": 48, "stream": True})
-                return short, long
+                for rid, n in (("short", 200), ("long", 2000)):
+                    res = await stream_completion(s, sim.url, {"prompt": words(n), "max_tokens": 48, "stream": True},
+                                                  request_id=rid)
+                    assert res["status"] == 200 and len(token_events(res)) == 48
 
-        short, long = asyncio.run(go())
-    assert ttft_ns(long) >= 5 * ttft_ns(short)
-    assert abs(tpot_ns(long) - tpot_ns(short)) / tpot_ns(short) < 0.10
+        asyncio.run(go())
+    rows = truth_by_id(truth)
+    short, long = rows["short"], rows["long"]
+    # one request at a time, so each prefill runs alone: a 10x longer prompt costs >= 5x the engine time
+    # (the model's ~9x less the fixed step overhead) ...
+    assert engine_ttft_ns(long) >= 5 * engine_ttft_ns(short), (engine_ttft_ns(long), engine_ttft_ns(short))
+    # ... while a decode step is dominated by the weights read, not the context: TPOTs within 10 % (model ~2 %)
+    assert abs(due_tpot_ns(long) - due_tpot_ns(short)) / due_tpot_ns(short) < 0.10
 
 
 def test_b_batching_raises_total_throughput_10x_and_per_stream_itl(tmp_path):
-    with SimProcess(args=["--profile", "tiny", "--speed", "0.2"]) as sim:
+    # 256 tokens a stream: decoding (~2.4 s for the batch of 32) dominates its one prefill step (~0.4 s) and
+    # the up to ~0.5 s by which a parked client or simulator can spread the 32 arrivals
+    truth, step_log = tmp_path / "truth.jsonl", tmp_path / "steps.jsonl"
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.2", "--truth", str(truth),
+                          "--step-log", str(step_log)]) as sim:
         async def batch(n):
             async with session() as s:
                 res = await asyncio.gather(*[stream_completion(
-                    s, sim.url, {"prompt": words(128, f"b{n}x{i}-"), "max_tokens": 64, "stream": True})
-                    for i in range(n)])
-            first = min(token_events(r)[0][0] for r in res)
-            last = max(token_events(r)[-1][0] for r in res)
-            tokens = sum(len(token_events(r)) - 1 for r in res)
-            return tokens / (last - first), sum(tpot_ns(r) for r in res) / n
+                    s, sim.url, {"prompt": words(128, f"b{n}x{i}-"), "max_tokens": 256, "stream": True},
+                    request_id=f"b{n}-{i}") for i in range(n)])
+            assert all(len(token_events(r)) == 256 for r in res)
 
-        tps1, itl1 = asyncio.run(batch(1))
-        tps32, itl32 = asyncio.run(batch(32))
-    assert tps32 >= 10 * tps1
-    assert itl32 > itl1
+        asyncio.run(batch(1))
+        asyncio.run(batch(32))
+    rows = read_truth(truth)
+    steps = [orjson.loads(line) for line in step_log.read_bytes().splitlines()]
+
+    def measure(n):
+        # tokens per second of engine time: the summed durations (virtual ns) of the steps that served this
+        # batch, idle time left out. A late arrival (the host parked the client or the simulator) leaves fewer
+        # sequences in the earlier steps, which only lowers tps32, or the engine idle, which has nothing to do
+        # with the engine model.
+        mine = [r for r in rows if r["request_id"].startswith(f"b{n}-")]
+        assert len(mine) == n
+        lo, hi = min(r["scheduled_ns"] for r in mine), max(due_ns(r)[-1] for r in mine)
+        busy = sum(st["end_ns"] - st["start_ns"] for st in steps if lo <= st["start_ns"] and st["end_ns"] <= hi)
+        return sum(r["output_tokens"] for r in mine) * 1e9 / busy, sum(due_tpot_ns(r) for r in mine) / n
+
+    tps1, itl1 = measure(1)
+    tps32, itl32 = measure(32)
+    assert tps32 >= 10 * tps1, (tps32, tps1)  # model: ~22x with all 32 arriving together
+    assert itl32 > itl1, (itl32, itl1)  # a step with 32 sequences costs more than one with 1 (model: ~+25 %)
 
 
-def _long_prompt_mid_stream(budget: int):
-    # speed 0.1: the effects (a gap of ~0.9 s against ~70 ms; TTFTs ~80 ms apart) stand well clear of the
-    # tens of ms a busy 2-core host can add to one stream's timings
-    with SimProcess(args=["--profile", "tiny", "--speed", "0.1", "--max-num-batched-tokens", str(budget)]) as sim:
+def _long_prompt_mid_stream(tmp_path, budget: int):
+    # speed 0.1: the 4 streams decode for ~1.9 s, so the long prompt sent 0.5 s in still lands among them
+    # even if the host parks this process or the simulator for 0.5 s (asserted below)
+    truth = tmp_path / f"truth-{budget}.jsonl"
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.1", "--max-num-batched-tokens", str(budget),
+                          "--truth", str(truth)]) as sim:
         async def go():
             async with session() as s:
                 streams = [asyncio.create_task(stream_completion(
-                    s, sim.url, {"prompt": words(64, f"s{i}-"), "max_tokens": 120, "stream": True}))
-                    for i in range(4)]
+                    s, sim.url, {"prompt": words(64, f"s{i}-"), "max_tokens": 120, "stream": True},
+                    request_id=f"s{i}")) for i in range(4)]
                 await asyncio.sleep(0.5)  # the streams are decoding
                 long = await stream_completion(s, sim.url,
-                                               {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True})
+                                               {"prompt": words(4000, "L"), "max_tokens": 4, "stream": True},
+                                               request_id="long")
                 return await asyncio.gather(*streams), long
 
         streams, long = asyncio.run(go())
-    return max(max_gap_ns(r) for r in streams), ttft_ns(long), streams
+    assert all(len(token_events(r)) == 120 for r in streams) and len(token_events(long)) == 4
+    rows = truth_by_id(truth)
+    streams = [rows[f"s{i}"] for i in range(4)]
+    long = rows["long"]
+    # precondition: every stream was still decoding when the long prompt's prefill began
+    assert all(due_ns(r)[1] <= long["scheduled_ns"] < due_ns(r)[-1] for r in streams), budget
+    return streams, long
 
 
-def test_c_long_prompt_mid_stream_gap_and_chunked_prefill_tradeoff():
-    gap_big, ttft_big, streams = _long_prompt_mid_stream(8192)
-    gap_small, ttft_small, _ = _long_prompt_mid_stream(256)
-    typical = sorted(b - a for r in streams for (a, _), (b, _) in zip(token_events(r), token_events(r)[1:]))
-    median_itl = typical[len(typical) // 2]
-    assert gap_big > 10 * median_itl  # the running streams all saw the long prefill
-    assert gap_small < gap_big / 4  # a small budget shrinks the gap ...
-    assert ttft_small > ttft_big  # ... and raises the long prompt's TTFT
+def test_c_long_prompt_mid_stream_gap_and_chunked_prefill_tradeoff(tmp_path):
+    streams_big, long_big = _long_prompt_mid_stream(tmp_path, 8192)
+    streams_small, long_small = _long_prompt_mid_stream(tmp_path, 256)
+    median_itl = statistics.median(g for r in streams_big for g in due_gaps_ns(r))
+    gap_big = [max(due_gaps_ns(r)) for r in streams_big]
+    gap_small = max(max(due_gaps_ns(r)) for r in streams_small)
+    ttft_big, ttft_small = engine_ttft_ns(long_big), engine_ttft_ns(long_small)
+    # model at speed 0.1: decode steps ~16 ms; the whole 4000-token prefill in one step ~0.9 s; in 256-token
+    # chunks ~70 ms a step, over more steps (each also carrying the 4 decodes)
+    assert all(g > 10 * median_itl for g in gap_big), (gap_big, median_itl)  # every stream saw the prefill
+    assert gap_small < max(gap_big) / 4, (gap_small, gap_big)  # a small budget shrinks the gap ...
+    assert ttft_small > ttft_big, (ttft_small, ttft_big)  # ... and raises the long prompt's TTFT
 
 
 def _scrape(text: str, name: str) -> float:
@@ -142,16 +189,6 @@ def test_d_small_kv_pool_waiting_at_full_usage_and_preemptions_in_truth(tmp_path
     assert all(a["end_ns"] <= b["start_ns"] for a, b in zip(steps, steps[1:]))
 
 
-async def worst_timer_lateness_ns(stop: asyncio.Event) -> int:
-    # the most a 1 ms timer of this event loop fired late until `stop`: how late the host let it run
-    worst = 0
-    while not stop.is_set():
-        due = time.monotonic_ns() + 1_000_000
-        await asyncio.sleep(0.001)
-        worst = max(worst, time.monotonic_ns() - due)
-    return worst
-
-
 def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):
     truth = tmp_path / "truth.jsonl"
     with SimProcess(args=["--profile", "tiny", "--per-request-metrics", "--tokens-per-chunk", "3",
@@ -189,20 +226,25 @@ def test_truth_matches_client_and_per_request_metrics_and_chunks(tmp_path):
         assert m["tokens_per_second"] == pytest.approx(9 / (row["decode_ns"] / 1e9))
 
 
-def test_prefix_caching_through_http():
+def test_prefix_caching_through_http(tmp_path):
     shared = words(1000, "sys")
-    with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--prefix-caching"]) as sim:
+    truth = tmp_path / "truth.jsonl"
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--prefix-caching", "--truth", str(truth)]) as sim:
         async def go():
             async with session() as s:
                 body = {"prompt": shared + " first question", "max_tokens": 4, "stream": True,
                         "stream_options": {"include_usage": True}}
-                a = await stream_completion(s, sim.url, body)
+                a = await stream_completion(s, sim.url, body, request_id="a")
                 body["prompt"] = shared + " another question here"
-                b = await stream_completion(s, sim.url, body)
+                b = await stream_completion(s, sim.url, body, request_id="b")
                 return a, b
 
         a, b = asyncio.run(go())
     usage_a, usage_b = a["events"][-2][1]["usage"], b["events"][-2][1]["usage"]
     assert "prompt_tokens_details" not in usage_a
     assert usage_b["prompt_tokens_details"]["cached_tokens"] == 992  # 62 full blocks of 16
-    assert ttft_ns(b) < ttft_ns(a) / 2
+    rows = truth_by_id(truth)
+    assert (rows["a"]["cached_tokens"], rows["b"]["cached_tokens"]) == (0, 992)
+    # b computes only its ~12 uncached prompt tokens: its prefill takes well under half of a's engine time
+    assert engine_ttft_ns(rows["b"]) < engine_ttft_ns(rows["a"]) / 2, (engine_ttft_ns(rows["b"]),
+                                                                       engine_ttft_ns(rows["a"]))

@@ -108,7 +108,8 @@ def test_slow_headers_and_a_clean_request(faulty):
     assert res["slow_headers"]["headers_ns"] >= 300_000_000
     assert token_texts(res["slow_headers"]["events"]) == (8, 0)
     assert truth[ids["slow_headers"]]["fault"].startswith("slow_headers=")
-    assert res["none"]["headers_ns"] < 100_000_000 and token_texts(res["none"]["events"]) == (8, 0)
+    # the clean request is not held by the fault (300 ms); margin for a busy host parking the client
+    assert res["none"]["headers_ns"] < 250_000_000 and token_texts(res["none"]["events"]) == (8, 0)
     assert truth[ids["none"]]["fault"] == "" and truth[ids["none"]]["outcome"] == "ok"
 
 
@@ -130,8 +131,10 @@ def test_engine_stall_is_a_gap_in_every_running_stream(tmp_path, mode):
         due = [t - late for t, late in zip(row["token_ns"], row["lateness_ns"])]
         gap = max(b - a for a, b in zip(due, due[1:]))
         assert 500_000_000 <= gap < 520_000_000
+        # and the stream carried it: the sent gap is the due gap, moved at most by the host's lateness
         sent_gap = max(b - a for a, b in zip(row["token_ns"], row["token_ns"][1:]))
-        assert abs(sent_gap - gap) < 20_000_000
+        late = max(row["lateness_ns"])
+        assert gap - late <= sent_gap <= gap + late, (sent_gap, gap, late)
         # stall_ns: the stall, less the part of it the engine spent finishing its step in flight
         assert 490_000_000 <= row["stall_ns"] <= 500_000_000 + 10_000_000
         assert row["fault"] == "stall" and row["outcome"] == "ok"

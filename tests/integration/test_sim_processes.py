@@ -58,7 +58,7 @@ def test_sigterm_stops_every_process_and_leaves_a_complete_truth(tmp_path):
             pending = [asyncio.ensure_future(stream_completion(
                 s, sim.url, {"prompt": "a", "max_tokens": 100, "stream": True}, request_id=f"open-{i}"))
                 for i in range(6)]
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.5)  # every open stream reached a simulator (20 s each)
             assert sim.stop() == 0
             await asyncio.gather(*pending, return_exceptions=True)
 

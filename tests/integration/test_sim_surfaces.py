@@ -135,9 +135,13 @@ def test_client_going_away_frees_its_sequence(sim):
                           headers={"X-Request-Id": "leaver"}) as r:
             await r.content.readuntil(b"\n\n")
         r.close()
-        await asyncio.sleep(0.2)
-        async with s.get(s_.url + "/metrics") as r:
-            return await r.text()
+        for _ in range(100):  # the simulator frees the sequence when it notices: poll for 10 s at most
+            await asyncio.sleep(0.1)
+            async with s.get(s_.url + "/metrics") as r:
+                metrics = await r.text()
+            if re.search(r"^vllm:num_requests_running\{.*\} 0$", metrics, re.M):
+                break
+        return metrics
 
     metrics = call(go)
     assert re.search(r"^vllm:num_requests_running\{.*\} 0$", metrics, re.M)
@@ -162,6 +166,6 @@ def test_sigterm_mid_stream_exits_0_promptly_with_the_in_flight_row(tmp_path):
             return code, time.monotonic() - t0
 
     code, took_s = call(go)
-    assert code == 0 and took_s < 2
+    assert code == 0 and took_s < 5  # promptly: the 5,000-token stream would last ~7.5 s more
     row = {r["request_id"]: r for r in read_truth(truth)}["cut"]
     assert row["outcome"] == "interrupted" and row["finish_ns"] is None and len(row["token_ns"]) >= 2

@@ -107,6 +107,10 @@ def test_max_goodput_is_met_by_a_confirmation_run_and_missed_at_1_2x(tmp_path):
     past_knee = s["knee"]["rate_per_s"] is not None and best > s["knee"]["rate_per_s"]
     assert s["max_goodput"]["keeps_up"] is (not past_knee)
     assert ("WARNING: past the knee" in (out / "sweep_summary.txt").read_text()) is past_knee
+    # attainment near a 1000 ms TTFT cliff and a 20 ms TPOT: a run the host parked for 100-500 ms (a sweep
+    # point, which moves `best`, or a confirmation run) cannot judge it
+    for q in s["points"]:
+        skip_if_host_stalled(out / q["dir"])
     # `best` is by construction the highest rate whose run reached 0.9, so a rerun there lands near 0.9 on
     # either side: it must meet the target up to a finite run's sampling error (two binomial standard
     # errors: 0.077 at 60 requests); 1.2x past it, a run misses outright.
@@ -115,6 +119,7 @@ def test_max_goodput_is_met_by_a_confirmation_run_and_missed_at_1_2x(tmp_path):
         p = loadgen("run", w, "--rate", f"{rate}/s", "--slo", slo, "--out", str(run), "--no-calibrate",
                     "--quiet", "--sim-args", engine, timeout=200)
         assert p.returncode == 0, p.stderr
+        skip_if_host_stalled(run)
         g = report_json(str(run))["goodput"]  # the SLO was recorded by `run --slo`
         if meets:
             assert g["attainment"] >= 0.9 - 2 * math.sqrt(0.9 * 0.1 / g["requests"]), (rate, g)
@@ -131,7 +136,7 @@ def test_an_interrupted_sweep_keeps_its_points_and_resume_finishes_it(tmp_path):
         process = "poisson"
         rate = "1/s"
         [run]
-        requests = 30
+        requests = 60   # 3 s at 20/s: the interrupt 0.5 s into it lands inside it on a busy host too
         max_send_lag_p99 = "10s"
         max_rate_deviation = 10
         max_cv_deviation = 100

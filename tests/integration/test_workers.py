@@ -12,7 +12,7 @@ import pytest
 
 from loadgen.results import read_run
 from loadgen.sim.truth import read_truth
-from tests.integration.conftest import loadgen, report_json, workload
+from tests.integration.conftest import loadgen, report_json, skip_if_host_stalled, workload
 
 FIXED = "--mode fixed --ttft 20ms --itl 5ms"
 SESSIONS = """
@@ -82,6 +82,10 @@ def test_two_workers_keep_the_arrival_process_poisson_at_the_server(tmp_path):
         reasons = " ".join(run.manifest["invalid_reasons"])
         assert "send_lag p99" in reasons or "achieved rate" in reasons or "arrival shape" in reasons, reasons
         return
+    # a valid run kept the client's schedule; the simulator stamps arrivals in its handler, so a park of it
+    # bunches them (a 150 ms one moves the dispersion by ~0.15, a 50 ms one by ~0.02): judge the shape where
+    # no park of 50 ms or more happened
+    skip_if_host_stalled(out, 50, stat="max")
     t0 = run.manifest["t0"]["monotonic_ns"]
     plan = np.sort(run.requests["intended_ns"].to_numpy())
     arrivals = np.sort(np.array([r["arrival_ns"] for r in read_truth(out / "sim_truth.parquet")])) - t0
