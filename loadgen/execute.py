@@ -7,9 +7,11 @@ the client, not the server. Event-loop lateness is probed all along and written 
 
 While the run goes, a tick every second (aligned to t0) hands the rows finished since the last tick to a
 worker thread, which records them into the interval histograms (`*.hlog`, intervals.py) and, every
-FLUSH_EVERY_TICKS ticks, writes them as a parquet part. The thread runs numpy/polars code that mostly
-releases the GIL; the interpreter's switch interval is lowered for the run so that a busy thread cannot
-hold the dispatcher off for the default 5 ms.
+FLUSH_EVERY_TICKS ticks, writes them as a parquet part and drops them (Recorder.release: the part is
+then their only copy, so memory stays flat over a long run; at the end, RunWriter.finalize reads the
+parts back with the rows not yet flushed, and the end-of-run checks read that frame). The thread runs
+numpy/polars code that mostly releases the GIL; the interpreter's switch interval is lowered for the run
+so that a busy thread cannot hold the dispatcher off for the default 5 ms.
 """
 from __future__ import annotations
 
@@ -24,12 +26,14 @@ import ssl
 import sys
 import threading
 import time
+from array import array
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
+import polars as pl
 import uvloop
 
 from loadgen import __version__, metrics, selfcheck
@@ -205,7 +209,7 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     writer.manifest(manifest)
     recorder = Recorder(rows)
     hists = LiveHistograms(writer.path, t0, (wall_now + START_LEAD_NS) / 1e9, worker=part.worker if part else None)
-    lateness_ns: list[int] = []
+    lateness_ns = array("q")  # one sample per LOOP_PROBE_NS: 8 bytes each, not a Python int
     # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
     # collector's sight, so a full collection during the run scans only what the run allocates
     # (otherwise each one blocks the loop for milliseconds).
@@ -257,11 +261,13 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     rest = recorder.take_finished()
     hists.record_interval(rest, clock.now_ns() - t0)
     histograms = hists.close()
-    reasons, generator = check_generator(rows, selfcheck.limits_of(config),
+    # Every row, flushed or not, as written to requests.parquet (times ns from t0): what the checks read.
+    requests = writer.finalize(recorder.unflushed(), t0)
+    reasons, generator = check_generator(requests, selfcheck.limits_of(config),
                                          open_loop=load_model(config)["loop"] == "open")
     if status != "complete":
         reasons = []
-    unreachable = unreachable_reason(rows) if status == "complete" else None
+    unreachable = unreachable_reason(requests) if status == "complete" else None
     if unreachable:
         reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
     if reasons:
@@ -269,14 +275,14 @@ async def _run(config: RunConfig, schedule: Schedule, backend, bodies, writer: R
     generator["loop_lateness_ms"] = _lateness(lateness_ns)
     # The client's CPU over the run (dispatch, streams, parsing after each stream, histograms, flushes):
     # the cost per streamed chunk is what limits the rate one process can drive.
-    chunks = sum(r.n_chunks for r in rows)
+    chunks = int(requests["n_chunks"].sum())
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
     generator["out_of_range"] = {m: h["out_of_range"] for m, h in histograms.items()}
-    writer.finalize(rows, t0)
     lengths = manifest["workload"].get("prompt_lengths")
     if lengths is not None:  # the server's own counts of what was sent
-        usage_check(lengths, [(r.planned_prompt_tokens, r.prompt_tokens) for r in rows if r.outcome == "ok"])
+        ok = requests.filter(pl.col("outcome") == "ok")
+        usage_check(lengths, list(zip(ok["planned_prompt_tokens"].to_list(), ok["prompt_tokens"].to_list())))
         _say_lengths(progress, lengths)
         if status == "complete" and not lengths["exact"] and not lengths["asked_approximate"]:
             # the server was offered other prompts than the plan's: the run does not describe the workload
@@ -344,17 +350,17 @@ def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool
     return AiohttpTransport(url, headers, tls, now_ns=now_ns)
 
 
-def check_generator(rows: list[Row], limits: selfcheck.Limits | None = None,
+def check_generator(requests: pl.DataFrame, limits: selfcheck.Limits | None = None,
                     open_loop: bool = True) -> tuple[list[str], dict]:
-    sent = [r for r in rows if r.dispatched_ns is not None]
-    n = len(sent)
-    return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
-                           np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
-                           np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), limits or selfcheck.Limits(),
-                           measured=np.fromiter((not r.warmup for r in sent), bool, n), open_loop=open_loop)
+    # requests: results.REQUEST_SCHEMA frame in plan (idx) order, times int64 ns from any one origin (t0);
+    # the self-check reads only differences of them
+    sent = requests.filter(pl.col("dispatched_ns").is_not_null())
+    return selfcheck.check(sent["intended_ns"].to_numpy(), sent["dispatched_ns"].to_numpy(),
+                           sent["slot_wait_ns"].fill_null(0).to_numpy(), limits or selfcheck.Limits(),
+                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop)
 
 
-def _lateness(samples_ns: list[int]) -> dict:
+def _lateness(samples_ns: array) -> dict:
     if not samples_ns:
         return {"samples": 0}
     a = np.asarray(samples_ns, dtype=np.int64)
@@ -363,7 +369,7 @@ def _lateness(samples_ns: list[int]) -> dict:
             "probe_period_ms": LOOP_PROBE_NS / 1e6}
 
 
-async def _probe_loop(out: list[int]) -> None:
+async def _probe_loop(out: array) -> None:
     # How late the loop runs a timer (kernel wake-up included, ~50-100 µs on a VM): a blocked loop shows here
     # even between dispatches. Own timerfd, no spin, so it costs one wake-up per period.
     try:
@@ -394,7 +400,8 @@ async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistogram
         rows = recorder.take_finished()
         pending.extend(rows)
         flush, pending = (pending, []) if tick % FLUSH_EVERY_TICKS == 0 else ([], pending)
-        work = asyncio.get_running_loop().run_in_executor(None, _tick_work, writer, hists, rows, end_ns, flush, t0)
+        work = asyncio.get_running_loop().run_in_executor(None, _tick_work, writer, recorder, hists, rows, end_ns,
+                                                          flush, t0)
         try:
             await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -402,7 +409,8 @@ async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistogram
             raise
 
 
-def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int, flush: list, t0: int) -> None:
+def _tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows: list, end_ns: int, flush: list,
+               t0: int) -> None:
     # Lowest CPU priority for this thread and for the threads it starts (polars' pool is created on its
     # first use, here, and inherits it): pinned to one core, their work would otherwise take the core
     # from the event loop for milliseconds at each flush (measured: send-lag spikes of 5-10 ms at every
@@ -412,8 +420,11 @@ def _tick_work(writer: RunWriter, hists: LiveHistograms, rows: list, end_ns: int
     except (OSError, AttributeError):
         pass
     hists.record_interval(rows, end_ns)
+    rows.clear()
     if flush:
         writer.flush(flush, t0)
+        recorder.release(flush)
+        flush.clear()  # the last references: the rows are freed here, off the event loop's thread
 
 
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_ns) -> str:

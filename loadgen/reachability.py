@@ -10,22 +10,26 @@ from __future__ import annotations
 
 from collections import Counter
 
-from loadgen.recorder import ErrorKind, Row
+import polars as pl
+
+from loadgen.recorder import ErrorKind
 
 MOST = 0.5
 
 
-def unreachable_reason(rows: list[Row]) -> str | None:
-    sent = [r for r in rows if r.dispatched_ns is not None]
-    if not sent:
+def unreachable_reason(requests: pl.DataFrame) -> str | None:
+    """requests: the run's rows (results.REQUEST_SCHEMA) in plan (idx) order."""
+    sent = requests.filter(pl.col("dispatched_ns").is_not_null())
+    if not sent.height:
         return None
-    answered = sum(1 for r in sent if r.http_status is not None)
-    refused = sum(1 for r in sent if r.error_kind == ErrorKind.CONNECT_FAILED)
-    if answered and refused <= MOST * len(sent):
+    answered = int(sent["http_status"].is_not_null().sum())
+    refused = int((sent["error_kind"] == ErrorKind.CONNECT_FAILED.value).sum())
+    if answered and refused <= MOST * sent.height:
         return None
-    kinds = Counter(r.error_kind or r.outcome for r in sent if r.http_status is None)
+    unanswered = sent.filter(pl.col("http_status").is_null())
+    kinds = Counter(k or o for k, o in zip(unanswered["error_kind"].to_list(), unanswered["outcome"].to_list()))
     top = ", ".join(f"{n} {k}" for k, n in kinds.most_common(3))
-    example = next((r.error_detail for r in sent if r.error_detail), "")
+    example = next((d for d in sent["error_detail"].to_list() if d), "")
     what = "no request reached the server" if not answered else \
-        f"{refused} of {len(sent)} requests failed to connect"
+        f"{refused} of {sent.height} requests failed to connect"
     return f"target unreachable: {what} ({top}){'; e.g. ' + example if example else ''}"

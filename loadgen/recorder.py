@@ -3,6 +3,10 @@
 A Row is created for every scheduled request before the run starts, so every request yields exactly one
 row whatever happens to it. Times on a Row are absolute `time.monotonic_ns()` values during the run;
 results.py turns them into int64 ns from t0 when writing (None stays null, never 0).
+
+Once a finished row is written in a flushed part (RunWriter.flush), the part is its only copy: the
+recorder drops it from the row list (its slot becomes None), so a long run's memory stays flat, and the
+end of the run reads the flushed rows back from the parts (RunWriter.finalize).
 """
 from __future__ import annotations
 
@@ -84,10 +88,13 @@ class Row:
 
 
 class Recorder:
-    """Holds every Row; `take_finished()` hands the rows finished since the last call to the flusher."""
+    """Holds every Row until it is flushed; `take_finished()` hands the rows finished since the last call to
+    the flusher, `release()` drops the ones a part now holds. `rows` is the very list the runner dispatches
+    from: a released slot is None, which the runner skips (it never needs a finished row again)."""
 
     def __init__(self, rows: list[Row]):
         self.rows = rows
+        self._pos: dict[int, int] | None | bool = False  # row idx -> position in `rows`: see release()
         self._finished: list[Row] = []
         self.done = self.failed = 0
         self.ttft_window_ns: list[int] = []  # recent TTFTs for the progress line
@@ -105,3 +112,19 @@ class Recorder:
     def take_finished(self) -> list[Row]:
         out, self._finished = self._finished, []
         return out
+
+    def release(self, flushed: list[Row]) -> None:
+        # These finished rows are in a written part now: drop them (may run in the flush thread; a list
+        # slot assignment is atomic, and the runner reads only rows that are not finished).
+        rows, pos = self.rows, self._pos
+        if pos is False:
+            # built at the first release, not before t0: None where idx = position (one process); a
+            # --workers share holds every Nth row of the plan
+            pos = self._pos = (None if all(r.idx == i for i, r in enumerate(rows))
+                               else {r.idx: i for i, r in enumerate(rows)})
+        for r in flushed:
+            rows[r.idx if pos is None else pos[r.idx]] = None
+
+    def unflushed(self) -> list[Row]:
+        """The rows no part holds (all of them when nothing was released), for RunWriter.finalize."""
+        return [r for r in self.rows if r is not None]

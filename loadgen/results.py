@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -233,20 +232,29 @@ class RunWriter:
                 self._previous = None
 
     def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
-        """Write rows finished since the last flush as a part (may run in a worker thread). Their chunk
-        stamps then live in the part only (released from the rows: a long run's memory stays flat);
-        finalize() reads them back."""
+        """Write rows finished since the last flush as a part (may run in a worker thread). The part is then
+        their only copy (Recorder.release drops them: a long run's memory stays flat); finalize() reads
+        them back. Should the tokens part fail, the requests part goes too and the error is raised: the
+        rows are then not flushed (finalize counts a row flushed by its requests part)."""
         if not rows:
             return
         self._part += 1
-        write_parquet(self.path / PARTS / f"requests-{name}{self._part:05d}.parquet", requests_frame(rows, t0_ns))
-        write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
-        for r in rows:
-            r.chunk_t_ns, r.chunk_tokens = array("q"), array("l")
+        requests = self.path / PARTS / f"requests-{name}{self._part:05d}.parquet"
+        write_parquet(requests, requests_frame(rows, t0_ns))
+        try:
+            write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        except BaseException:
+            requests.unlink(missing_ok=True)
+            raise
 
-    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> pl.DataFrame:
+        """Write requests.parquet and tokens.parquet from the flushed parts plus `rows`, the rows no flush()
+        wrote (Recorder.unflushed()). Returns the run's requests frame as written (every row, sorted by
+        idx, times ns from t0): the end-of-run checks read it, not the rows."""
         suffix = f".{name[:-1]}" if name else ""  # "3-" -> requests.3.parquet (a worker's share)
-        write_parquet(self.path / f"requests{suffix}.parquet", requests_frame(rows, t0_ns).sort("idx"))
+        parts = sorted((self.path / PARTS).glob(f"requests-{name}[0-9]*.parquet"))
+        requests = pl.concat([*(pl.read_parquet(f) for f in parts), requests_frame(rows, t0_ns)]).sort("idx")
+        write_parquet(self.path / f"requests{suffix}.parquet", requests)
         parts = sorted((self.path / PARTS).glob(f"tokens-{name}[0-9]*.parquet"))
         tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
         write_parquet(self.path / f"tokens{suffix}.parquet", tokens)
@@ -255,6 +263,7 @@ class RunWriter:
                 f.unlink()
         else:
             shutil.rmtree(self.path / PARTS, ignore_errors=True)
+        return requests
 
 
 def read_run(path: str | Path) -> Run:

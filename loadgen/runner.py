@@ -19,7 +19,9 @@ Contract:
   rebuilt by `next_body(i, prev_row, prev_reads) -> (body, planned_prompt_tokens)` (the history), and it
   is dispatched at that time like any other (same concurrency cap). If the earlier row failed, the rest
   of the conversation is `dropped` (error_kind session_broken). The dispatch phase (and so the drain
-  timer) ends when every turn has been dispatched or dropped.
+  timer) ends when every turn has been dispatched or dropped;
+- `rows` is the recorder's list: a finished row's slot may become None once it is flushed
+  (Recorder.release), so the runner reads a row from it only while that row is not finished.
 """
 from __future__ import annotations
 
@@ -79,8 +81,10 @@ class Runner:
     async def _dispatch(self) -> None:
         clock, cap = self.clock, self.max_concurrency
         for i, row in enumerate(self.rows):
-            if row.after is not None:
-                continue  # a later session turn: timed by its previous turn (see _release_next)
+            if row is None or row.after is not None:
+                # a later session turn: timed by its previous turn (see _release_next); None: such a turn
+                # already done and flushed (Recorder.release)
+                continue
             await clock.sleep_until(row.intended_ns)
             if cap and len(self.in_flight) >= cap:
                 self.waiting.append((i, clock.now_ns()))
@@ -122,7 +126,7 @@ class Runner:
         detail = ("held back by max_concurrency until the run ended" if unstarted_outcome == DROPPED
                   else "the run was stopped before this request started")
         for row in self.rows:
-            if row.outcome is None and row.dispatched_ns is None:
+            if row is not None and row.outcome is None and row.dispatched_ns is None:  # None: flushed
                 row.fail(unstarted_outcome, unstarted_outcome, detail)
                 self.recorder.finish(row)
         self.waiting.clear()

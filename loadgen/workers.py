@@ -117,8 +117,8 @@ class PartWriter(RunWriter):
     def flush(self, rows, t0_ns: int, name: str = "") -> None:
         super().flush(rows, t0_ns, f"{self.worker}-")
 
-    def finalize(self, rows, t0_ns: int, name: str = "") -> None:
-        super().finalize(rows, t0_ns, f"{self.worker}-")
+    def finalize(self, rows, t0_ns: int, name: str = "") -> pl.DataFrame:
+        return super().finalize(rows, t0_ns, f"{self.worker}-")
 
 
 def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool, client: ClientOptions) -> None:
