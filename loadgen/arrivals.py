@@ -9,9 +9,12 @@ Contract for every process here:
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
+
+from loadgen.units import MIN_RATE_PER_S
 
 NS_PER_S = 1_000_000_000
 
@@ -74,6 +77,9 @@ def gamma(rate_per_s: float, burstiness: float, *, seed: int, n: int | None = No
 def _check_rate(rate_per_s: float) -> None:
     if not rate_per_s > 0:
         raise ValueError(f"rate must be > 0, got {rate_per_s}")
+    # gaps of a slower rate overflow int64 ns, and an infinite one never advances a duration-bounded draw
+    if not MIN_RATE_PER_S <= rate_per_s < math.inf:
+        raise ValueError(f"rate must be finite and >= {MIN_RATE_PER_S:g}/s, got {rate_per_s}")
 
 
 

@@ -4,8 +4,11 @@ Every parser raises ValueError with a message that quotes the bad text; callers 
 """
 from __future__ import annotations
 
+import math
 import re
 
+MAX_NS = 1 << 62          # ~146 years: every planned time and gap fits int64 ns, with room for their sums
+MIN_RATE_PER_S = 1e-6     # one request in ~11.6 days; below, gaps in ns overflow int64 (a typo, surely)
 _DURATION_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
                 "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
 _RATE_PER_S = {"s": 1.0, "m": 1 / 60, "min": 1 / 60, "h": 1 / 3600}
@@ -19,7 +22,10 @@ def parse_duration_ns(text: str | float) -> int:
     m = re.fullmatch(_NUM + r"\s*(ns|us|µs|ms|s|m|min|h)", text.strip())
     if not m:
         raise ValueError(f"bad duration {text!r}: expected a number and a unit (ns, us, ms, s, m, h)")
-    return round(float(m.group(1)) * _DURATION_NS[m.group(2)])
+    ns = float(m.group(1)) * _DURATION_NS[m.group(2)]
+    if not ns <= MAX_NS:  # 1e400s is inf
+        raise ValueError(f"bad duration {text!r}: at most {MAX_NS / 3.15576e16:.0f} years")
+    return round(ns)
 
 
 def parse_rate_per_s(text: str | float) -> float:
@@ -35,5 +41,9 @@ def parse_rate_per_s(text: str | float) -> float:
         value = float(m.group(1)) * _RATE_PER_S[m.group(2) or "s"]
     if not value > 0:
         raise ValueError(f"bad rate {text!r}: must be > 0")
+    if not math.isfinite(value):  # "inf" (every request due at t0) is the callers' word, not a number
+        raise ValueError(f"bad rate {text!r}: not a finite number")
+    if value < MIN_RATE_PER_S:
+        raise ValueError(f"bad rate {text!r}: below {MIN_RATE_PER_S:g}/s (one request in 11.6 days)")
     return value
 

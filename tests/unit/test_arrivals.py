@@ -78,6 +78,8 @@ def test_gamma_cv_is_one_over_sqrt_burstiness(burstiness):
 
 @pytest.mark.parametrize("call", [
     lambda: arrivals.poisson(0, seed=1, n=5),            # rate must be > 0
+    lambda: arrivals.poisson(5e-324, seed=1, duration_ns=10**9),  # gaps overflow int64 ns (looped)
+    lambda: arrivals.gamma(math.inf, 1, seed=1, duration_ns=10**9),  # zero gaps never reach the end (looped)
     lambda: arrivals.poisson(1, seed=1),                 # no bound
     lambda: arrivals.poisson(1, seed=1, n=5, duration_ns=10),  # two bounds
     lambda: arrivals.gamma(1, 0, seed=1, n=5),           # burstiness must be > 0

@@ -51,6 +51,12 @@ def test_good_file_loads(tmp_path):
     # rates need a number and a unit
     (('rate = "8/s"', 'rate = "fast"'), "w.toml: arrivals.rate: bad rate 'fast'"),
     (('rate = "8/s"', 'rate = -2'), "w.toml: arrivals.rate: bad rate -2: must be > 0"),
+    # a subnormal rate's gaps overflow int64 ns: planning it looped, growing memory (found by hypothesis)
+    (('rate = "8/s"', 'rate = 5e-324'), "w.toml: arrivals.rate: bad rate 5e-324: below 1e-06/s"),
+    # an infinite number is not the word "inf" (every request at t0): it planned zero gaps forever
+    (('rate = "8/s"', 'rate = "1e400/s"'), "w.toml: arrivals.rate: bad rate '1e400/s': not a finite number"),
+    # an infinite duration was an OverflowError traceback
+    (("requests = 10", 'duration = "1e400s"'), "w.toml: run.duration: bad duration '1e400s': at most 146 years"),
     # unknown API
     (('api = "chat"', 'api = "grpc"'), "w.toml: api: must be one of completions, chat, got 'grpc'"),
     # exactly one of requests and duration
