@@ -75,8 +75,6 @@ def gamma(rate_per_s: float, burstiness: float, *, seed: int, n: int | None = No
 
 
 def _check_rate(rate_per_s: float) -> None:
-    if not rate_per_s > 0:
-        raise ValueError(f"rate must be > 0, got {rate_per_s}")
     # gaps of a slower rate overflow int64 ns, and an infinite one never advances a duration-bounded draw
     if not MIN_RATE_PER_S <= rate_per_s < math.inf:
         raise ValueError(f"rate must be finite and >= {MIN_RATE_PER_S:g}/s, got {rate_per_s}")
