@@ -413,7 +413,7 @@ def _tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, row
     # Runs at the event loop's own CPU priority, never lower: this thread holds the GIL in its Python
     # parts, and a lowered (nice 19) holder beside CPU-bound processes is not scheduled for hundreds of
     # ms while the loop waits for the GIL (priority inversion; measured beside a 2-job compile at 400
-    # req/s: send-lag p99 160-220 ms at nice 19, 4.2 ms at nice 0, as the bare client's 4.4 ms). The
+    # req/s: send-lag p99 160-220 ms at nice 19, 4.2 ms at nice 0, the bare client 4.9 ms). The
     # GIL switch interval bounds how long it holds the loop off only while it is running.
     hists.record_interval(rows, end_ns)
     rows.clear()
