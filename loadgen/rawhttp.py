@@ -20,6 +20,7 @@ import asyncio
 import re
 import time
 from array import array
+from itertools import compress
 from urllib.parse import urlsplit
 
 from loadgen.offload import OFFLOAD_READS, in_worker
@@ -30,6 +31,11 @@ _END_CHUNKED = b"0\r\n\r\n"
 MAX_HEAD_BYTES = 64 << 10        # a longer response head is a bad_response
 MAX_RESPONSE_BYTES = 1 << 30     # a longer response is cut off: response_too_large (a 32k-token stream is ~6 MB)
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+# Bare chunk-size lines already validated by _HEX -> their size: a stream repeats a handful of sizes, so
+# the common read costs a dict look-up instead of a regex match and an int() (bounded: a hostile server
+# cannot grow it).
+_SIZES: dict[bytes, int] = {}
+_SIZES_MAX = 4096
 
 
 class _Conn(asyncio.Protocol):
@@ -168,9 +174,18 @@ def _dechunk_reads(reads: list[bytes], header_end: int) -> tuple[list[bytes], bo
         start += 1
     need = 0   # data bytes of the current chunk still to come
     gap = 0    # bytes of the CRLF after a chunk's data still to skip (not checked, as in _dechunk)
+    sizes = _SIZES
     for i in range(start, len(reads)):
         r = reads[i]
-        n, pos, pieces = len(r), skip, []
+        n = len(r)
+        if not (need or gap or skip):
+            # The usual read: exactly one whole non-empty chunk, its size line a known bare size.
+            nl = r.find(b"\r\n")
+            size = sizes.get(r[:nl]) if nl > 0 else None
+            if size and nl + size + 4 == n:
+                out[i] = r[nl + 2:n - 2]
+                continue
+        pos, pieces = skip, []
         skip = 0
         while pos < n:
             if need:
@@ -188,13 +203,18 @@ def _dechunk_reads(reads: list[bytes], header_end: int) -> tuple[list[bytes], bo
                 nl = r.find(b"\r\n", pos)
                 if nl < 0:
                     return None
-                if _HEX.fullmatch(r, pos, nl):  # a bare size: no extension, no blanks
-                    need = int(r[pos:nl], 16)
-                else:
-                    size_text = r[pos:nl].split(b";", 1)[0].strip()
-                    if not _HEX.fullmatch(size_text):
-                        raise TransportError(ErrorKind.BAD_RESPONSE, f"bad chunk size line {r[pos:nl][:40]!r}")
-                    need = int(size_text, 16)
+                line = r[pos:nl]
+                need = sizes.get(line, -1)
+                if need < 0:
+                    if _HEX.fullmatch(line):  # a bare size: no extension, no blanks
+                        need = int(line, 16)
+                        if len(sizes) < _SIZES_MAX:
+                            sizes[line] = need
+                    else:
+                        size_text = line.split(b";", 1)[0].strip()
+                        if not _HEX.fullmatch(size_text):
+                            raise TransportError(ErrorKind.BAD_RESPONSE, f"bad chunk size line {line[:40]!r}")
+                        need = int(size_text, 16)
                 if need == 0:
                     if r.find(b"\r\n", nl + 2) < 0:
                         return None
@@ -292,9 +312,8 @@ class _Response:
         except TransportError as e:
             self.error = e
             raise
-        t = self._conn.t
-        keep = [i for i, b in enumerate(p.body_reads) if b]
-        return array("q", [t[i] for i in keep]), [p.body_reads[i] for i in keep]
+        body = p.body_reads  # one per read, b"" for a read without payload (the head, framing only)
+        return array("q", compress(self._conn.t, body)), list(compress(body, body))
 
     def received(self) -> tuple[array, list[bytes]]:
         """The body read so far with its stamps, without waiting: what a request cut off by its timeout
@@ -303,9 +322,8 @@ class _Response:
             p = parse_response(self._conn.data, True) or self._parsed
         except TransportError:
             p = self._parsed
-        t = self._conn.t
-        keep = [i for i, b in enumerate(p.body_reads) if b and i < len(t)]
-        return array("q", (t[i] for i in keep)), [p.body_reads[i] for i in keep]
+        body = p.body_reads[:len(self._conn.t)]
+        return array("q", compress(self._conn.t, body)), list(compress(body, body))
 
     async def read(self) -> bytes:
         return b"".join((await self.stamped())[1])

@@ -76,3 +76,26 @@ def test_read_by_read_dechunk_equals_the_joined_path(chunks, ending, cuts):
         assert fast == (expect, complete)
     p = parse_response(reads, closed=False)
     assert (p.body_reads, p.complete) == (expect, complete)
+
+
+def _joined(reads, header_end):
+    offsets, pos = [], 0
+    for r in reads:
+        offsets.append((pos, pos + len(r)))
+        pos += len(r)
+    body, owner, complete = rawhttp._dechunk(b"".join(reads), header_end, offsets)
+    return rawhttp._split_by_read(body, owner, offsets, header_end), complete
+
+
+def test_one_whole_chunk_per_read_known_sizes_equals_the_joined_path():
+    # The common stream: every read one whole chunk; from the second stream on its size lines are known.
+    payloads = [b"data: %d\n\n" % (i % 10) for i in range(12)] + [b"data: [DONE]\n\n"]
+    reads = [HEAD] + [chunk(p) for p in payloads] + [b"0\r\n\r\n"]
+    for _ in range(2):
+        assert rawhttp._dechunk_reads(reads, len(HEAD)) == _joined(reads, len(HEAD)) == ([b"", *payloads, b""], True)
+    # a known size line on a read that is not exactly its chunk: the general path takes it
+    whole = chunk(payloads[0])
+    for split in ([HEAD, whole[:-3], whole[-3:] + chunk(payloads[1]), b"0\r\n\r\n"],
+                  [HEAD, whole + chunk(payloads[1]), b"0\r\n\r\n"],
+                  [HEAD, whole[:-2] + b"XY", b"0\r\n\r\n"]):  # the CRLF after data is skipped, not checked
+        assert rawhttp._dechunk_reads(split, len(HEAD)) == _joined(split, len(HEAD))
