@@ -18,9 +18,8 @@ takes the full parse above. Chunk times are the stamp of the read that completed
 """
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, islice, repeat
 
-import numpy as np
 import orjson
 
 from loadgen.backends import Messages, messages_payload, user
@@ -61,16 +60,20 @@ class OpenAIBackend:
         if not reads:
             return False
         body = b"".join(reads)
-        ends = list(map(bytes.count, reads, repeat(b"\n\n", len(reads))))  # events each read completes
+        if b"\r" in body or b'"error"' in body:
+            return False  # CR framing, or an error event: the full parse
+        breaks = list(map(bytes.count, reads, repeat(b"\n", len(reads))))  # line breaks in each read
+        n_breaks = sum(breaks)
+        ends = list(map((1).__rrshift__, breaks))  # b >> 1: the events each read completes (see below)
         n_events = sum(ends)
-        # Every line break of the body in one of the reads' blank lines: none is split across two reads,
-        # no event holds a line break.
-        if n_events < 3 or body.count(b"\n") != 2 * n_events or b"\r" in body or b'"error"' in body:
-            return False  # or CR framing, or an error event: the full parse
-        # No event holds a line break (above), so each `}\n\ndata: {` is the boundary of two one-line
-        # `data: {...}` events: all n_events - 2 boundaries before [DONE] must be such.
-        if not (body.startswith(b"data: {") and body.endswith(b"}\n\ndata: [DONE]\n\n")
-                and body.count(b"}\n\ndata: {") == n_events - 2):
+        # The framing: `data: {...}` events, each boundary `}\n\ndata: {`, then `data: [DONE]\n\n`. Those
+        # n_events - 2 boundaries and the ending hold 2 * n_events line breaks: when the body has that many,
+        # every line break is in one of them (no event holds one, blank lines are exactly two breaks).
+        # Every read's count even (2 * n_events == n_breaks): no blank line is split across two reads (the
+        # first read holding half of a split one would hold an odd number), so each read completes
+        # breaks // 2 events.
+        if not (n_events >= 3 and 2 * n_events == n_breaks and body.startswith(b"data: {")
+                and body.endswith(b"}\n\ndata: [DONE]\n\n") and body.count(b"}\n\ndata: {") == n_events - 2):
             return False
         sep = body.find(b"\n\n")
         last_ev, usage_ev = body[:-len(b"\n\ndata: [DONE]\n\n")].rsplit(b"\n\n", 2)[-2:]
@@ -107,12 +110,16 @@ class OpenAIBackend:
         ended = self._choices(obj, 0, probe) or ended
         if len(probe.chunk_t) != 1 or not ended:  # the last content event: one token
             return False
-        t = np.repeat(np.asarray(read_t_ns, dtype=np.int64), ends)[skip:skip + content]
+        # each event stamped with the read that completed it; usually one event per read up to the last
+        t, m = row.chunk_t_ns, skip + content
+        if ends[:m].count(1) == m:
+            t.extend(read_t_ns[skip:m])
+        else:
+            t.extend(islice(chain.from_iterable(map(repeat, read_t_ns, ends)), skip, m))
         row.prompt_tokens = usage.get("prompt_tokens")
-        row.chunk_t_ns.frombytes(t.tobytes())
-        row.chunk_tokens.extend([1] * content)
+        row.chunk_tokens.extend(repeat(1, content))
         row.n_chunks = row.output_tokens = content
-        row.first_token_ns, row.last_token_ns = int(t[0]), int(t[-1])
+        row.first_token_ns, row.last_token_ns = t[0], t[-1]
         _server_timings(row, tail.get("metrics"), tail.get("timings"))
         if row.outcome is None:
             row.outcome = OK

@@ -26,6 +26,10 @@ STREAMS = {
     "one read per chunk": C4,
     "coalesced reads": [C4[0] + C4[1], C4[2], C4[3] + C4[4]],
     "blank line split across reads": [C4[0][:-1], C4[0][-1:] + C4[1], *C4[2:]],
+    # the middle read holds the second half of one blank line and the first half of the next: an even
+    # number of line breaks, but the first read's is odd
+    "two blank lines split across reads": [C4[0][:-1], C4[0][-1:] + C4[1][:-1], C4[1][-1:] + C4[2], *C4[3:]],
+    "two events in one read, then one per read": [C4[0] + C4[1], C4[2], C4[3], C4[4]],
     "chat with role chunk": [chat(role=True), chat(b"x"), chat(b"y", finish=b'"stop"'), usage(2) + DONE],
     "multi-token chunks (usage > chunks)": [cmpl(b"aa bb"), cmpl(b"c", b'"length"'), usage(3) + DONE],
     "malformed chunk": [cmpl(b"a"), b'data: {"choices":[{"te\n\n', cmpl(b"c", b'"length"'), usage(3) + DONE],
