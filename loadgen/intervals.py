@@ -14,6 +14,7 @@ Called from a worker thread: it only reads rows that are finished (no longer tou
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ import polars as pl
 
 from loadgen import hdr, metrics
 from loadgen.recorder import OK, Row
+from loadgen.results import chunk_columns
 
 INTERVAL_NS = 1_000_000_000
 
@@ -29,19 +31,17 @@ INTERVAL_NS = 1_000_000_000
 def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
     """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py)."""
     measured = [r for r in rows if not r.warmup]
-    frame = pl.DataFrame({f: [getattr(r, f) for r in measured] for f in _FIELDS},
+    frame = pl.DataFrame({f: list(map(get, measured)) for f, get in _GET.items()},
                          schema={**{f: pl.Int64 for f in _FIELDS}, "outcome": pl.String})
     frame = metrics.latency_columns(frame, unit_ns=1, names=_SCALAR)
-    ok_mask = (pl.col("outcome") == OK) & pl.col("first_token_ns").is_not_null()
+    ok_rows = frame.filter((pl.col("outcome") == OK) & pl.col("first_token_ns").is_not_null())
     out = {}
     for m in _SCALAR:
-        rows_m = frame.filter(ok_mask) if metrics.ROWS[m] == "ok" else frame
+        rows_m = ok_rows if metrics.ROWS[m] == "ok" else frame
         out[m] = rows_m[m].drop_nulls().to_numpy()
     ok = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
-    counts = np.fromiter((len(r.chunk_t_ns) for r in ok), np.int64, len(ok))
+    counts, t, k = chunk_columns(ok)
     if counts.sum():
-        t = np.concatenate([np.frombuffer(r.chunk_t_ns, dtype=np.int64) for r in ok])
-        k = np.concatenate([np.asarray(r.chunk_tokens, dtype=np.int64) for r in ok])
         owner = np.repeat(np.arange(len(ok)), counts)
         out["itl"] = metrics.itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
     else:
@@ -52,6 +52,7 @@ def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
 _SCALAR = tuple(m for m in hdr.METRICS if m != "itl")
 _FIELDS = ("intended_ns", "dispatched_ns", "slot_wait_ns", "connected_ns", "first_token_ns", "last_token_ns",
            "output_tokens", "outcome")
+_GET = {f: attrgetter(f) for f in _FIELDS}
 
 
 class LiveHistograms:
