@@ -56,6 +56,9 @@ MAX_VALUE_UNIT_RATIO = 1000.0       # Interval_Max column: µs / 1000 = ms
 _LIMIT_NS = HIGHEST_US * 1000 + 500
 # Values converted per numpy pass: bounds the temporaries of record_ns to ~50 MB whatever the input.
 _CHUNK = 1 << 21
+# Up to this many values, record_ns counts by sorting the values' bucket indices (np.unique), beyond it
+# with one dense pass over all buckets: a sort of ~6000 values costs about that pass.
+_SPARSE_MAX = 6000
 _LEGEND = '"StartTimestamp","Interval_Length","Interval_Max","Interval_Compressed_Histogram"'
 _BAD_TAG = re.compile(r"[,\s]")
 _START_TIME = re.compile(r"#\[StartTime: *([-+\d.eE]+)")
@@ -141,6 +144,13 @@ def record_ns(hist: HdrHistogram, values_ns: np.ndarray, *, _fast: bool = True) 
     if v.dtype.kind not in "iuf":
         raise TypeError(f"durations must be an int or float array, got dtype {v.dtype}")
     v = v.ravel()
+    if v.size <= _SPARSE_MAX:
+        # Few values (a 1 s interval's): sort their indices rather than pass over every bucket
+        # (~23 500 of them) as the dense count below does. Same counts.
+        ok = in_range(v)
+        index, counts = np.unique(counts_index(hist, ns_to_us(v[ok])), return_counts=True)
+        _add_index_counts(hist, index, counts, fast=_fast)
+        return v.size - int(np.count_nonzero(ok))
     dense = np.zeros(hist.counts_len, dtype=np.int64)
     out = 0
     for lo in range(0, v.size, _CHUNK):

@@ -104,9 +104,11 @@ def test_vectorized_equals_per_value_floats(values):
     assert_same(h, ref)
 
 
-def test_vectorized_equals_per_value_large_random_and_chunked(monkeypatch):
+@pytest.mark.parametrize("sparse_max", [0, 6000])  # the dense pass, then the sorted indices
+def test_vectorized_equals_per_value_large_random_and_chunked(monkeypatch, sparse_max):
     # Several chunks of the numpy pass, and recording into a histogram that already has data.
     monkeypatch.setattr(hdr, "_CHUNK", 1000)
+    monkeypatch.setattr(hdr, "_SPARSE_MAX", sparse_max)
     rng = np.random.default_rng(7)
     values = np.concatenate([rng.lognormal(17, 1.5, 5000).astype(np.int64),
                              rng.integers(-5 * S, 0, 20), rng.integers(3600 * S, 5000 * S, 30)])
