@@ -32,8 +32,10 @@ preceded by a comment `#[OutOfRange: N]` that standard readers skip and ours att
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -169,6 +171,17 @@ def record_ns(hist: HdrHistogram, values_ns: np.ndarray, *, _fast: bool = True) 
 def record(values_ns: np.ndarray) -> Recorded:
     hist = new_histogram()
     return Recorded(hist, record_ns(hist, values_ns))
+
+
+def clear(hist: HdrHistogram) -> None:
+    # The state of a new histogram, in place. A new one per interval would be cyclic garbage (the package's
+    # histogram and its encoder refer to each other): ~180 KiB counts arrays that only a full collection
+    # frees, which a long run's collector seldom makes. The package's reset() zeroes the counts one Python
+    # assignment at a time (~23 500); this is one memset.
+    ctypes.memset(ctypes.addressof(hist.counts), 0, ctypes.sizeof(hist.counts))
+    hist.total_count = 0
+    hist.min_value, hist.max_value = sys.maxsize, 0
+    hist.start_time_stamp_msec, hist.end_time_stamp_msec = sys.maxsize, 0
 
 
 def _add(dst: HdrHistogram, src: HdrHistogram) -> None:

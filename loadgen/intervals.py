@@ -63,6 +63,7 @@ class LiveHistograms:
                                                  tag=tag)
                         for m in hdr.METRICS}
         self.totals = {m: hdr.Recorded(hdr.new_histogram(), 0) for m in hdr.METRICS}
+        self._scratch = {m: hdr.new_histogram() for m in hdr.METRICS}  # one interval's, cleared and reused
         self.next_start_ns = 0   # from t0: where the next interval begins
 
     def record_interval(self, rows: list[Row], end_ns: int) -> None:
@@ -71,7 +72,9 @@ class LiveHistograms:
         end = max(end_ns, start)
         values = metric_values_ns(rows) if rows else {}
         for m, w in self.writers.items():
-            rec = hdr.record(values.get(m, np.empty(0, dtype=np.int64)))
+            hist = self._scratch[m]
+            hdr.clear(hist)
+            rec = hdr.Recorded(hist, hdr.record_ns(hist, values.get(m, np.empty(0, dtype=np.int64))))
             w.write_interval(start, end, rec)
             self.totals[m].add(rec)
         self.next_start_ns = end

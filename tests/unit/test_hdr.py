@@ -445,3 +445,17 @@ def test_log_path_names_one_file_per_metric(tmp_path):
         "send_lag.hlog", "ttft.hlog", "ttft_from_send.hlog", "itl.hlog", "tpot.hlog", "e2e.hlog"]
     with pytest.raises(ValueError):
         hdr.log_path(tmp_path, "latency")
+
+
+def test_clear_leaves_the_state_of_a_new_histogram():
+    rng = np.random.default_rng(3)
+    a, b = rng.lognormal(15, 1, 500).astype(np.int64), rng.lognormal(12, 1, 300).astype(np.int64)
+    reused = hdr.new_histogram()
+    hdr.record_ns(reused, a)
+    hdr.clear(reused)
+    assert reused.get_total_count() == 0 and reused.encode() == hdr.new_histogram().encode()
+    hdr.record_ns(reused, b)
+    fresh = hdr.new_histogram()
+    hdr.record_ns(fresh, b)
+    assert_same(reused, fresh)
+    assert reused.encode() == fresh.encode()
