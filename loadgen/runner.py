@@ -10,6 +10,11 @@ Contract:
 - with max_concurrency > 0, a request whose time has come but finds no free slot waits in a FIFO; it
   starts when a slot frees (`slot_wait_ns` records how long) and is `dropped` if the run ends first.
   Without a cap there is no queue anywhere in the client (the transport has no connection limit);
+- a request whose exchange (connect, send, the whole response) is not over `request_timeout_ns` after
+  its dispatch is cancelled and recorded as `timeout` (error_kind request_timeout), with what it had
+  received. One watchdog timer serves every request: deadlines come in dispatch order (dispatch time +
+  one timeout), so it is armed for the oldest one only, instead of a loop timer started and stopped
+  per request (asyncio.timeout: ~5 µs a request);
 - after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
   `timeout` (error_kind drain_timeout);
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
@@ -44,7 +49,11 @@ class Runner:
         self.rows, self.bodies = rows, bodies
         self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
         self.max_concurrency = max_concurrency
+        self.request_timeout_ns = request_timeout_ns
         self.request_timeout_s = request_timeout_ns / 1e9
+        self._timed: dict[asyncio.Task, int] = {}  # task -> deadline ns, in dispatch (= deadline) order
+        self._expired: set[asyncio.Task] = set()   # cancelled by the watchdog, not yet finished
+        self._watchdog: asyncio.TimerHandle | None = None
         self.drain_timeout_s = drain_timeout_ns / 1e9
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.in_flight: dict[asyncio.Task, Row] = {}
@@ -77,6 +86,9 @@ class Runner:
         finally:
             dispatcher.cancel()
             stopped.cancel()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
 
     async def _dispatch(self) -> None:
         clock, cap = self.clock, self.max_concurrency
@@ -102,6 +114,27 @@ class Runner:
         task = asyncio.create_task(self._execute(row, self.bodies[i]))
         self.in_flight[task] = row
         task.add_done_callback(self._on_done)
+        self._timed[task] = row.dispatched_ns + self.request_timeout_ns
+        if self._watchdog is None:
+            self._arm(row.dispatched_ns + self.request_timeout_ns)
+
+    def _arm(self, deadline_ns: int) -> None:
+        self._watchdog = asyncio.get_running_loop().call_later(
+            max(0, deadline_ns - self.clock.now_ns()) / 1e9, self._watch)
+
+    def _watch(self) -> None:
+        # Cancels every request past its deadline (the oldest first), then waits for the next deadline.
+        self._watchdog = None
+        now, expired = self.clock.now_ns(), []
+        for task, deadline_ns in self._timed.items():
+            if deadline_ns > now:
+                self._arm(deadline_ns)
+                break
+            expired.append(task)
+        for task in expired:
+            del self._timed[task]
+            self._expired.add(task)
+            task.cancel()
 
     def _on_done(self, task: asyncio.Task) -> None:
         del self.in_flight[task]
@@ -133,35 +166,42 @@ class Runner:
 
     async def _execute(self, row: Row, body: bytes) -> None:
         now = self.clock.now_ns
+        task = asyncio.current_task()
         read_t: array = array("q")
         reads: list[bytes] = []
         streamed = interpreted = False
         resp = end_ns = None
         try:
-            async with asyncio.timeout(self.request_timeout_s):
-                headers = {**self.headers, "X-Request-Id": row.request_id}
-                async with self.transport.post(self.backend.path, headers, body, row) as resp:
-                    row.http_status = resp.status
-                    if resp.status != 200:
-                        detail = (await resp.read()).decode("utf-8", "replace")
-                        row.fail(HTTP_ERROR, http_error_kind(resp.status), detail)
-                    else:
-                        streamed = True
-                        read_t, reads = await resp.stamped()  # stamped by the transport as reads land
+            headers = {**self.headers, "X-Request-Id": row.request_id}
+            async with self.transport.post(self.backend.path, headers, body, row) as resp:
+                row.http_status = resp.status
+                if resp.status != 200:
+                    detail = (await resp.read()).decode("utf-8", "replace")
+                    row.fail(HTTP_ERROR, http_error_kind(resp.status), detail)
+                else:
+                    streamed = True
+                    read_t, reads = await resp.stamped()  # stamped by the transport as reads land
             end_ns = now()
+            self._timed.pop(task, None)  # the exchange is over: the watchdog leaves it alone from here
             if streamed and len(reads) > OFFLOAD_READS:
                 # A long stream is interpreted in a worker thread (loadgen/offload.py says why).
                 interpreted = True
                 await in_worker(self.backend.interpret, row, read_t, reads)
-        except TimeoutError:
+        except TimeoutError:  # a transport's own (aiohttp's)
             row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT, f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:
             row.fail(CONNECTION_ERROR, e.kind, e.detail)
         except asyncio.CancelledError:
-            row.fail(*self._cut_off_as)
+            if task in self._expired:  # the watchdog's
+                row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT,
+                         f"no complete response within {self.request_timeout_s:g}s")
+            else:
+                row.fail(*self._cut_off_as)
         except Exception as e:  # an unexpected client-side failure still yields the row
             row.fail(CONNECTION_ERROR, ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}")
         finally:
+            self._timed.pop(task, None)
+            self._expired.discard(task)
             row.done_ns = end_ns or now()
             if streamed and not reads:
                 read_t, reads = resp.received()  # cut off mid-stream: keep what had already arrived

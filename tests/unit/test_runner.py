@@ -79,6 +79,33 @@ def test_request_timeout():
     assert rows[0].error_kind == "request_timeout" and ms(rows[0], "dispatched_ns", "done_ns") == 1000
 
 
+def test_request_timeouts_of_interleaved_slow_and_fast_requests():
+    # One watchdog for all: each slow request is cut off exactly its timeout after its own dispatch, in
+    # dispatch order, whatever finished between; the fast ones are untouched; a stream cut off keeps the
+    # tokens it had; nothing of the watchdog is left afterwards.
+    rows = make_rows([0, 100, 150, 400, 1000, 1100, 2500])
+    slow = {"r0": 3.0, "r2": 1.2, "r3": 0.9, "r5": 5.0}
+
+    def script(rid):
+        if rid == "r3":  # streams, then stalls: cut off mid-stream
+            return Script([(0.1, b'data: {"choices":[{"text":"a"}]}\n\n'), (5.0, b"data: [DONE]\n\n")])
+        return completion_stream(2, slow.get(rid, 0.01), 0.01)
+
+    async def main():
+        runner = Runner(rows, [b"{}"] * len(rows), OpenAIBackend("completions", "m", {}),
+                        ScriptedTransport(script), LoopClock(), Recorder(rows), request_timeout_ns=800 * MS)
+        status = await runner.run(asyncio.Event())
+        return status, runner
+    status, runner = run_virtual(main())
+    assert status == "complete"
+    assert [r.outcome for r in rows] == [TIMEOUT, OK, TIMEOUT, TIMEOUT, OK, TIMEOUT, OK]
+    for r in rows:
+        if r.outcome == TIMEOUT:
+            assert r.error_kind == "request_timeout" and ms(r, "dispatched_ns", "done_ns") == 800
+    assert rows[3].n_chunks == 1
+    assert not runner._timed and not runner._expired and runner._watchdog is None
+
+
 def test_http_error_and_connection_reset_are_rows():
     scripts = {"r0": Script([(0.0, b'{"error":"overloaded"}')], status=503),
                "r1": Script([(0.05, b'data: {"choices":[{"text":"a"}]}\n\n')], fail="reset")}
