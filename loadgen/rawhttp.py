@@ -46,7 +46,7 @@ class _Conn(asyncio.Protocol):
         self.size, self.limit, self.too_large = 0, limit, False
         self.now_ns = now_ns
         self.transport = None
-        self.t: array = array("q")
+        self.t: list[int] = []  # a list, not array("q"): an append costs ~70 ns, an array append ~180 ns
         self.data: list[bytes] = []
         self.done: asyncio.Future | None = None
         self.wake_any = True   # wake the waiter on every read (head, non-chunked body), else on the end mark
@@ -414,7 +414,7 @@ class _Exchange:
         try:
             if row is not None:
                 row.connected_ns = tr.now_ns()
-            conn.t, conn.data, conn.wake_any, conn.size = array("q"), [], True, 0
+            conn.t, conn.data, conn.wake_any, conn.size = [], [], True, 0
             extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
             conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
                                  f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)
