@@ -2,10 +2,14 @@
 step model (fit_model.py), write a profile `loadgen sim --profile FILE` and `loadgen predict` take.
 
 The plan, in rounds (a round = every prefill length once, then every decode shape once), at most
-ROUNDS rounds, each probe bounded by the budget (--budget, default 60 s): round 1 must finish, later
-rounds stop at the deadline (what they measured is kept). The median over rounds per shape is fitted
-(one round disturbed by a busy host does not move it); a prefill shape's TTFT is, where the server reports
-its prompt time, that time's median plus the request overhead (below), so client-side noise stays out.
+--rounds rounds (default ROUNDS), each probe bounded by the budget (--budget, default 60 s): round 1 must
+finish, later rounds stop at the deadline (what they measured is kept). Per shape, the rounds' center is
+fitted (`center`: the median of fewer than 5, else the mean of all but the fastest and slowest tenth).
+The mean, because a CPU server on a shared host runs in phases (measured here: 256-token prefills of ~71
+and ~90 ms in stretches of seconds to a minute, on a quiet 2-core VM) and a run of minutes sees their
+mixture, which a median of a short fit misses by the slow share; trimmed, because one round disturbed by
+a descheduling should not move it. A prefill shape's TTFT is, where the server reports its prompt time,
+that time's center plus the request overhead (below), so client-side noise stays out.
 
   limits   slots (max_num_seqs) and tokens per slot (max_model_len) from llama.cpp's /props, or
            --max-num-seqs / --max-model-len; the per-step token budget max_num_batched_tokens from
@@ -15,7 +19,7 @@ its prompt time, that time's median plus the request overhead (below), so client
   request overhead: median(TTFT - server prompt time) when the server reports it, else 0
 
 On this repository's 2-core machine against llama-server (2 slots, 4096 tokens each) one round takes
-~20-30 s: the default budget fits two.
+~6-9 s: the default budget fits the default 8 rounds.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from loadgen.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed
 
 PREFILL_PROMPTS = (16, 64, 256, 512, 1024, 1536, 2048, 3072)
 DECODE_TOKENS = 48
-ROUNDS = 3
+ROUNDS = 8
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class FitOptions:
     max_batched_tokens: int = 2048
     extra_body: dict | None = None
     name: str = "fitted"
+    rounds: int = ROUNDS
 
 
 async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list[DecodeSample], dict]:
@@ -60,7 +65,7 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         dec: dict[tuple[int, int], list[DecodeSample]] = {}
         rounds = 0
         try:
-            for _ in range(ROUNDS):
+            for _ in range(o.rounds):
                 for n in prompts:
                     pre.setdefault(n, []).append(await p.prefill(n))
                 for b in batches:
@@ -76,23 +81,27 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         used_s = o.budget_s - p.left_s()
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
-    decode = [DecodeSample(b, c, DECODE_TOKENS, statistics.median(s.step_s for s in v)) for (b, c), v in dec.items()]
+    decode = [DecodeSample(b, c, DECODE_TOKENS, center([s.step_s for s in v])) for (b, c), v in dec.items()]
     return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
 
 
 def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:
-    # Where the server reports its own prompt time, the shape's TTFT is that (median over rounds) plus
+    # Where the server reports its own prompt time, the shape's TTFT is that (center over rounds) plus
     # the request overhead measured over every probe: a busy client host delays one probe's first token,
-    # not the server's clock, and one or two rounds are all a tight budget may leave for a median.
-    server = _median([s.server_prefill_s for s in v])
-    if server is None:
-        return PrefillSample(prompt_tokens, statistics.median(s.ttft_s for s in v), None)
-    return PrefillSample(prompt_tokens, server + r_s, server)
+    # not the server's clock.
+    server = [s.server_prefill_s for s in v if s.server_prefill_s is not None]
+    if not server:
+        return PrefillSample(prompt_tokens, center([s.ttft_s for s in v]), None)
+    return PrefillSample(prompt_tokens, center(server) + r_s, center(server))
 
 
-def _median(v: list) -> float | None:
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
+def center(v: list[float]) -> float:
+    """The median of fewer than 5 values, else the mean without the lowest and highest tenth (at least one
+    each)."""
+    if len(v) < 5:
+        return statistics.median(v)
+    k = max(1, len(v) // 10)
+    return statistics.fmean(sorted(v)[k:len(v) - k])
 
 
 def request_overhead_s(prefill: list[PrefillSample]) -> float:

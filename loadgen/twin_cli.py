@@ -15,6 +15,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--url", required=True, help="server base URL (OpenAI-compatible /v1/completions)")
     f.add_argument("--out", required=True, metavar="FILE.toml", help="the profile to write")
     f.add_argument("--budget", default="60s", metavar="DURATION", help="time bound of the probes (default 60s)")
+    f.add_argument("--rounds", type=int, default=8, metavar="N",
+                   help="rounds of probes at most (default 8; fewer when the budget ends first)")
     f.add_argument("--max-num-seqs", type=int, metavar="N", help="slots / max batch when /props does not say")
     f.add_argument("--max-model-len", type=int, metavar="N", help="tokens per slot when /props does not say")
     f.add_argument("--max-batched-tokens", type=int, default=2048, metavar="N",
@@ -63,7 +65,7 @@ def fit_command(args: argparse.Namespace) -> int:
         except ValueError:
             problems.append(f"--extra-body: {args.extra_body!r} is not a JSON object")
     for flag, v in (("--max-num-seqs", args.max_num_seqs), ("--max-model-len", args.max_model_len),
-                    ("--max-batched-tokens", args.max_batched_tokens)):
+                    ("--max-batched-tokens", args.max_batched_tokens), ("--rounds", args.rounds)):
         if v is not None and v < 1:
             problems.append(f"{flag}: must be >= 1")
     out = Path(args.out)
@@ -74,7 +76,7 @@ def fit_command(args: argparse.Namespace) -> int:
     if problems:
         raise InputError(problems)
     res, report = run_fit(FitOptions(args.url, budget_s, args.max_num_seqs, args.max_model_len,
-                                     args.max_batched_tokens, extra, args.name or out.stem))
+                                     args.max_batched_tokens, extra, args.name or out.stem, args.rounds))
     out.write_text(profile_text(res, report))
     report["profile"] = str(out)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"

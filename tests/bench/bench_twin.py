@@ -32,7 +32,7 @@ def main() -> None:
         srv = LlamaServer(Path(d) / "llama-server.log", slots=2)
         srv.start()
         try:
-            v = validate(srv.url, Path(d))
+            v = validate(srv.url, srv.proc.pid, Path(d))
         finally:
             srv.stop()
     print(table(v))

@@ -1,26 +1,29 @@
-"""The twin against llama-server (docs/twin.md): fit it, predict the mixed workload at 3 rates (light
-load, near, past the knee), measure the same plans, compare. ~4 min on the busy 2-core machine.
+"""The twin against llama-server (docs/twin.md): fit it, predict the mixed workload at 3 rates (0.2 and 0.6
+of the predicted capacity, and 2x past it), measure the same plans, compare. ~5 min on the 2-core machine
+(up to ~12 when the host's load makes runs be tried again).
 
 test_twin_predicts_llama_server checks what must hold whatever the machine's load: the fit describes
 its own probes, every rate is predicted and measured (one row per request, all ok), and the prediction
 and the measurement agree on which rates keep up at light load and far past the knee.
-test_issue_targets asserts the issue's targets (p50 TTFT and TPOT within 10 % below the knee, p99 within
-20 %, capacity within 15 %). It is marked as a KNOWN GAP (xfail, not strict): on this shared 2-core
-machine the runs were slower than the fit's probes in almost every cell of 6 validation runs (5-50 %),
-while two fits minutes apart agree (the `drift` figure); met in a quiet period (run C of docs/twin.md),
-missed in busy ones. The figures are printed either way.
+test_issue_targets asserts the targets (p50 TTFT and TPOT within 10 % below the knee, p99 within 20 %,
+capacity within 15 %) on runs during which the server kept the speed it was fitted at (the speed checks
+of twin_validation.py: the server's own prompt times, its compute thread's run-queue wait); where the fit
+or every try of a rate was disturbed, the host changed the server under the test and it skips, naming
+the figures. It is still a KNOWN GAP (xfail, not strict): in quiet runs the capacity now meets its
+target (+0.3 %), light load misses TTFT p50 by 13-15 % (docs/twin.md). The figures are printed either
+way.
 """
 from __future__ import annotations
 
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.twin_validation import METRICS, table, validate
+from tests.e2e.twin_validation import MAX_WAITED, METRICS, SPEED_TOLERANCE, table, tries_text, validate
 
 
 @pytest.fixture(scope="module")
 def validation(llama, tmp_path_factory):
-    v = validate(llama.url, tmp_path_factory.mktemp("twin"))
+    v = validate(llama.url, llama.proc.pid, tmp_path_factory.mktemp("twin"))
     print("\n" + table(v))
     for x in v["points"]:
         for m in METRICS:
@@ -31,7 +34,8 @@ def validation(llama, tmp_path_factory):
     if v["capacity"]:
         FIGURES["twin capacity predicted/measured /s"] = (f"{v['capacity']['predicted_per_s']:.2f}/"
                                                          f"{v['capacity']['measured_per_s']:.2f}")
-    FIGURES["twin server speed drift during the runs (median)"] = f"{v['drift']['median_rel']:+.0%}"
+    FIGURES["twin server speed per try (slowdown before/after, waited), per rate"] = " | ".join(
+        f"{x['rate_per_s']:g}/s {tries_text(x)}" for x in v["points"])
     return v
 
 
@@ -41,17 +45,25 @@ def test_twin_predicts_llama_server(validation):
     assert v["fit"]["rms_rel"] < 0.2, v["fit"]
     pts = v["points"]
     assert len(pts) == 3
-    # Light load and far past the knee: predicted and measured agree. The middle rate is near the knee (quiet
-    # host: capacity ~3-4/s; beside two CPU burners ~2/s), so either side of it is right; its figures are printed.
+    # Light load and far past the knee: predicted and measured agree. The middle rate (0.6 of the predicted
+    # capacity) keeps up on a server that keeps its speed; one that a busy host slowed by 40 % under the test
+    # is past its knee there, so either side of it is right here (test_issue_targets judges it).
     for x in (pts[0], pts[-1]):
         assert x["keeps_up"]["predicted"] == x["keeps_up"]["measured"], x
     assert pts[0]["keeps_up"]["measured"] and not pts[-1]["keeps_up"]["measured"]
     assert v["capacity"] is not None
 
 
-@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): on the shared 2-core machine llama-server runs "
-                                        "5-50 % slower under a run than under the fit's probes")
+@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): at light load the requests that overlap another "
+                                        "wait ~10 % longer than modelled, and a quiet 2-core VM still runs the server "
+                                        "in +-20 % speed phases that a run can meet and its checks miss")
 def test_issue_targets(validation):
+    moved = [f"{x['rate_per_s']:g}/s: {tries_text(x)}" for x in validation["points"] if not x["admissible"]]
+    if validation["fit_waited"] > MAX_WAITED:
+        moved.insert(0, f"the fit: waited {validation['fit_waited']:.0%}")
+    if moved:
+        pytest.skip(f"the host took the server's CPU under the fit or every try of a rate (slowdown limit "
+                    f"{SPEED_TOLERANCE:.0%}, waited limit {MAX_WAITED:.0%}): " + " | ".join(moved))
     errors = []
     for x in validation["points"]:
         below = x["keeps_up"]["measured"]

@@ -51,7 +51,7 @@ def fitted(tmp_path_factory):
     (d / "target.toml").write_text(TARGET)
     with SimProcess(args=["--profile", str(d / "target.toml"), "--speed", str(SPEED), "--emulate", "llamacpp"]) as sim:
         p = loadgen("fit", "--url", sim.url, "--out", str(d / "fitted.toml"), "--format", "json", "--budget", "90s",
-                    timeout=200)
+                    "--rounds", "3", timeout=200)
     assert p.returncode == 0, p.stderr[-3000:]
     return d, orjson.loads(p.stdout)
 
@@ -78,7 +78,8 @@ def test_fit_recovers_the_simulators_step_model(fitted):
 def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):
     d, _ = fitted
     with SimProcess(args=["--profile", str(d / "fitted.toml"), "--emulate", "llamacpp"]) as sim:
-        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "again.toml"), "--budget", "60s", timeout=120)
+        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "again.toml"), "--budget", "60s", "--rounds", "3",
+                   timeout=120)
         assert p.returncode == 0, p.stderr[-2000:]
         assert "form: roofline" in p.stdout and f"wrote {tmp_path / 'again.toml'}" in p.stdout
     w = tmp_path / "w.toml"

@@ -9,6 +9,7 @@ import pytest
 
 from loadgen.fit_model import (EngineLimits, coefficients, fit, predicted_step_s, predicted_ttft_s, to_profile,
                                to_toml, Coefficients)
+from loadgen.fit import center
 from loadgen.fit_probe import DecodeSample, PrefillSample
 from loadgen.sim.profiles import load_profile
 
@@ -90,3 +91,16 @@ def test_too_few_samples_is_an_error():
         fit(pre[:2], dec, limits(truth))
     with pytest.raises(ValueError, match="decode"):
         fit(pre, [], limits(truth))
+
+
+# The center of a shape's rounds (fit.center): a median while a round is a large share of them, then a mean
+# of the middle (a host's slow phases count in proportion, one disturbed round does not).
+@pytest.mark.parametrize("values, expected", [
+    ([3.0], 3.0),                                  # one round
+    ([1.0, 9.0, 2.0], 2.0),                        # 3 rounds: the median, the outlier ignored
+    ([1.0, 2.0, 3.0, 100.0], 2.5),                 # 4 rounds: still the median
+    ([70.0, 70.0, 90.0, 90.0, 500.0], 250 / 3),    # 5: one trimmed each side, slow phases counted
+    ([float(x) for x in range(1, 21)], 10.5),      # 20: two trimmed each side
+])
+def test_center_of_rounds(values, expected):
+    assert center(values) == pytest.approx(expected)
