@@ -92,7 +92,8 @@ def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> P
     server = [s.server_prefill_s for s in v if s.server_prefill_s is not None]
     if not server:
         return PrefillSample(prompt_tokens, center([s.ttft_s for s in v]), None)
-    return PrefillSample(prompt_tokens, center(server) + r_s, center(server))
+    server_s = center(server)
+    return PrefillSample(prompt_tokens, server_s + r_s, server_s)
 
 
 def center(v: list[float]) -> float:
