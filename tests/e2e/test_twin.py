@@ -6,20 +6,21 @@ test_twin_predicts_llama_server checks what must hold whatever the machine's loa
 its own probes, every rate is predicted and measured (one row per request, all ok), and the prediction
 and the measurement agree on which rates keep up at light load and far past the knee.
 test_issue_targets asserts the targets (p50 TTFT and TPOT within 10 % below the knee, p99 within 20 %,
-capacity within 15 %) on runs during which the server kept the speed it was fitted at (the speed checks
-of twin_validation.py: the server's own prompt times, its compute thread's run-queue wait); where the fit
-or every try of a rate was disturbed, the host changed the server under the test and it skips, naming
-the figures. It is still a KNOWN GAP (xfail, not strict): in five quiet runs the capacity met its target
-(+0.3 to +12.8 %), light-load TTFT p50 was off by -1 to -15 % and p99 by -12 to +29 %, and moderate load,
-admissible once, by -15 % (TTFT p50) and -13 % (TPOT p50) (docs/twin.md). The figures are printed either
-way.
+capacity within 15 %) on runs during which the server kept the speed it was fitted at (twin_validation.py:
+the server's own timings of the run's requests that had it to themselves; past the knee, speed checks at
+the run's edges; its compute thread's run-queue wait); where the fit or every try of a rate was disturbed,
+the host changed the server under the test and it skips, naming the figures. It is still a KNOWN GAP
+(xfail, not strict): the capacity met its target in every quiet validation (-1.6 to +12.8 %), the latency
+targets in four of the five runs judged admissible, but such runs are one try in three on this VM and the
+fifth missed light-load TPOT p50 (+16 %) (docs/twin.md). The figures are printed either way.
 """
 from __future__ import annotations
 
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.twin_validation import MAX_WAITED, METRICS, SPEED_TOLERANCE, table, tries_text, validate
+from tests.e2e.twin_validation import (IN_RUN_SPREAD, MAX_WAITED, METRICS, SPEED_TOLERANCE, table, tries_text,
+                                       validate)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def validation(llama, tmp_path_factory):
     if v["capacity"]:
         FIGURES["twin capacity predicted/measured /s"] = (f"{v['capacity']['predicted_per_s']:.2f}/"
                                                          f"{v['capacity']['measured_per_s']:.2f}")
-    FIGURES["twin server speed per try (slowdown before/after, waited), per rate"] = " | ".join(
+    FIGURES["twin server speed per try (slowdown before/after, waited, in-run), per rate"] = " | ".join(
         f"{x['rate_per_s']:g}/s {tries_text(x)}" for x in v["points"])
     return v
 
@@ -55,16 +56,17 @@ def test_twin_predicts_llama_server(validation):
     assert v["capacity"] is not None
 
 
-@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): requests that overlap another wait ~10 % longer "
-                                        "than modelled (llama.cpp's split of mixed steps), and a quiet 2-core VM runs "
-                                        "the server in +-20 % speed phases that a run can meet and its checks miss")
+@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): a quiet 2-core VM runs the server in +-10-20 % "
+                                        "speed phases, so a rate often has no try at the fitted speed, and light-load "
+                                        "TPOT p50 follows the decode speed alone, which moves apart from prefill's")
 def test_issue_targets(validation):
     moved = [f"{x['rate_per_s']:g}/s: {tries_text(x)}" for x in validation["points"] if not x["admissible"]]
     if validation["fit_waited"] > MAX_WAITED:
         moved.insert(0, f"the fit: waited {validation['fit_waited']:.0%}")
     if moved:
-        pytest.skip(f"the server's speed moved under the fit or under every try of a rate (slowdown limit "
-                    f"{SPEED_TOLERANCE:.0%}, waited limit {MAX_WAITED:.0%}): " + " | ".join(moved))
+        pytest.skip(f"the server's speed moved under the fit or under every try of a rate (in-run median and "
+                    f"edge slowdown limit {SPEED_TOLERANCE:.0%}, in-run quartiles {IN_RUN_SPREAD:.0%}, waited limit "
+                    f"{MAX_WAITED:.0%}): " + " | ".join(moved))
     errors = []
     for x in validation["points"]:
         below = x["keeps_up"]["measured"]
