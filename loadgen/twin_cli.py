@@ -15,7 +15,7 @@ def add_parsers(sub) -> None:
     f.add_argument("--url", required=True, help="server base URL (OpenAI-compatible /v1/completions)")
     f.add_argument("--out", required=True, metavar="FILE.toml", help="the profile to write")
     f.add_argument("--budget", default="60s", metavar="DURATION", help="time bound of the probes (default 60s)")
-    f.add_argument("--rounds", type=int, default=8, metavar="N",
+    f.add_argument("--rounds", type=int, metavar="N",  # default: fit.ROUNDS (imported lazily: a fast start)
                    help="rounds of probes at most (default 8; fewer when the budget ends first)")
     f.add_argument("--max-num-seqs", type=int, metavar="N", help="slots / max batch when /props does not say")
     f.add_argument("--max-model-len", type=int, metavar="N", help="tokens per slot when /props does not say")
@@ -48,7 +48,7 @@ def parse_rates(text: str) -> list[float]:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    from loadgen.fit import FitOptions, profile_text, run_fit, to_text
+    from loadgen.fit import ROUNDS, FitOptions, profile_text, run_fit, to_text
     from loadgen.units import parse_duration_ns
 
     problems = []
@@ -76,7 +76,8 @@ def fit_command(args: argparse.Namespace) -> int:
     if problems:
         raise InputError(problems)
     res, report = run_fit(FitOptions(args.url, budget_s, args.max_num_seqs, args.max_model_len,
-                                     args.max_batched_tokens, extra, args.name or out.stem, args.rounds))
+                                     args.max_batched_tokens, extra, args.name or out.stem,
+                                     ROUNDS if args.rounds is None else args.rounds))
     out.write_text(profile_text(res, report))
     report["profile"] = str(out)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"

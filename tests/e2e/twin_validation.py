@@ -67,9 +67,10 @@ def in_run_speed(rows, profile: Profile) -> dict:
     prefill_ms, decode_ms = (ok[c].cast(pl.Float64).to_numpy() for c in ("server_prefill_ms", "server_decode_ms"))
     prompt, output = ok["prompt_tokens"].to_numpy(), ok["output_tokens"].to_numpy()
 
+    index = np.arange(len(sent))
+
     def alone(i: int, a: int, b: int) -> bool:  # no other request in flight during [a, b]
-        others = np.arange(len(sent)) != i
-        return not np.any(others & (sent < b) & (last > a))
+        return not np.any((index != i) & (sent < b) & (last > a))
 
     ratios = []
     for i in range(len(sent)):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from loadgen.fit_model import predicted_ttft_s
 from loadgen.sim.profiles import load_profile
-from tests.e2e.twin_validation import in_run_speed, kept_speed
+from tests.e2e.twin_validation import in_run_speed, kept_speed, model_prefill_s
 
 PROFILE = load_profile("h100-sxm")
 MS = 1_000_000
@@ -24,7 +23,7 @@ def rows(*reqs) -> pl.DataFrame:
 
 
 def prefill_ms(prompt: int, slower: float) -> float:
-    return slower * (predicted_ttft_s(PROFILE, prompt) * 1e3 - PROFILE.request_overhead_us / 1e3)
+    return slower * model_prefill_s(PROFILE, prompt) * 1e3
 
 
 def decode_ms(prompt: int, output: int, slower: float) -> float:
