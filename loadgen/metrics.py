@@ -221,3 +221,15 @@ def distribution(values, scale: float = 1.0) -> dict[str, float | None]:
     out = dict(zip(QUANTILES, quantiles(v, QUANTILES.values())))
     out["max"], out["mean"] = float(v.max()), float(v.mean())
     return {k: x / scale for k, x in out.items()}
+
+
+def fitted_rate_per_s(times_ns) -> float | None:
+    """Events per second as 1 / the least-squares slope of the sorted times against their rank: every
+    event weighs in, so one slow last request (or a fast first one) does not move the rate the way it
+    moves (n - 1) / span."""
+    t = np.sort(np.asarray(times_ns, dtype=np.float64))
+    if t.size < 3:
+        return None
+    i = np.arange(t.size, dtype=np.float64)
+    slope_ns = float(np.cov(i, t, bias=True)[0, 1] / np.var(i))
+    return 1e9 / slope_ns if slope_ns > 0 else None

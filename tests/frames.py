@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from loadgen.results import REQUEST_SCHEMA, TOKEN_SCHEMA, Run
+from loadgen.results.folder import REQUEST_SCHEMA, TOKEN_SCHEMA, Run
 
 MS = 1_000_000
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from loadgen.transport import TransportError
+from loadgen.client.transport import TransportError
 
 
 class _JumpingSelector(selectors.DefaultSelector):

@@ -11,9 +11,9 @@ import numpy as np
 import orjson
 import polars as pl
 
-from loadgen import hdr
+from loadgen.results import hdr
 from loadgen.metrics import itl_samples_ns
-from loadgen.results import REQUEST_SCHEMA, TOKEN_SCHEMA
+from loadgen.results.folder import REQUEST_SCHEMA, TOKEN_SCHEMA
 
 MS = 1_000_000
 

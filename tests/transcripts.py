@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.rawhttp import parse_response
+from loadgen.client.rawhttp import parse_response
 
 DATA = Path(__file__).resolve().parent / "data"
 

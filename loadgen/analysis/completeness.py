@@ -13,7 +13,7 @@ import socket
 
 import polars as pl
 
-from loadgen.results import Run
+from loadgen.results.folder import Run
 
 FINISHED = ("complete", "invalid", "interrupted")
 

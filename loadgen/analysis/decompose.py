@@ -27,7 +27,7 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
     calibrated      an estimate from client-side sources: the engine's steps seen in every stream's
                     stamps (steps.py: a cluster of stamps ends a step), every request's send time and
                     prompt tokens, and prefill_idle(L) = a + b*L + c*L^2 fitted on the idle server before
-                    the run (L = prompt tokens, loadgen/calibrate.py). The prefill started when the
+                    the run (L = prompt tokens, loadgen/probe/calibrate.py). The prefill started when the
                     engine admitted the request, found by a replay of a FCFS continuous-batching
                     scheduler over those steps (replay.py: a token budget per step and a seat limit,
                     both fitted to the run as the pair that puts the most first tokens in the step the
@@ -67,7 +67,7 @@ from loadgen import metrics
 from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls
 from loadgen.analysis import replay
 from loadgen.analysis.steps import boundaries, scheduled_ns
-from loadgen.results import Run
+from loadgen.results.folder import Run
 
 COMPONENTS = ("send_lag", "slot_wait", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
               "decode_stalls", "other")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from loadgen.scrape import KV_USAGE, WAITING
+from loadgen.probe.scrape import KV_USAGE, WAITING
 
 QUEUE_DOMINANT = 0.5
 QUEUE_SMALL = 0.2

@@ -19,7 +19,7 @@ import polars as pl
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
-from loadgen.results import Run
+from loadgen.results.folder import Run
 
 
 @dataclass(frozen=True)

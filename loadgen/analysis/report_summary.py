@@ -11,14 +11,16 @@ from pathlib import Path
 
 import polars as pl
 
+from loadgen import metrics
 from loadgen.analysis import goodput
+from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen.analysis.explain import ExplainOptions, explain
-from loadgen.analysis.summary import latency_columns, measured, summarize
-from loadgen.results import Run, Summary, read_run
+from loadgen.analysis.summary import measured, summarize
+from loadgen.results.folder import Run, Summary, read_run
 
 
 def run_slo(run: Run, slo_ms: dict[str, float] | None) -> dict[str, float] | None:
-    return slo_ms or goodput.from_keys(run.manifest.get("slo") or {}) or None
+    return slo_ms or slo_from_keys(run.manifest.get("slo") or {}) or None
 
 
 def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[str, float] | None = None,
@@ -33,7 +35,7 @@ def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[
     summary["load"] = run.manifest.get("load") or {"loop": "open"}
     slo = run_slo(run, slo_ms)
     if slo:
-        summary.update(goodput.section(latency_columns(measured(run)), run.tokens, slo))
+        summary.update(goodput.section(metrics.latency_columns(measured(run)), run.tokens, slo))
     summary.setdefault("config", run.manifest.get("config"))  # the resolved config, shown by every format
     if write:
         run.write_decomposition(decomposition)

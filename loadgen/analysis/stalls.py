@@ -39,7 +39,7 @@ import polars as pl
 
 from loadgen.metrics import Gaps, gap_arrays
 from loadgen.metrics import request_gaps as gaps  # noqa: F401  (the frame form, for callers)
-from loadgen.results import loop_lateness_p99_ms
+from loadgen.results.folder import loop_lateness_p99_ms
 
 
 BASELINE_Q = 0.1

@@ -16,7 +16,7 @@ several for a chunked one. The walk never goes back further than CAP x prefill_i
 excess too small to see, e.g. a short prompt, must not drag the start back to an old boundary), and
 always at least one step. Then
     scheduled ~= max(sent, B_j)        (sent: the request was fully written; an idle engine starts at once)
-prefill_idle(L) comes from the idle-server calibration (loadgen/calibrate.py). Both sides of f - B_j are client
+prefill_idle(L) comes from the idle-server calibration (loadgen/probe/calibrate.py). Both sides of f - B_j are client
 read stamps, so the network delay cancels.
 """
 from __future__ import annotations

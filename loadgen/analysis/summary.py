@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from loadgen import hdr, metrics
+from loadgen.results import hdr
+from loadgen import metrics
 from loadgen.analysis import completeness
-from loadgen.results import ResultsError, Run, Summary
+from loadgen.results.folder import ResultsError, Run, Summary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
@@ -27,10 +28,6 @@ STATS = metrics.STATS
 
 def measured(run: Run) -> pl.DataFrame:
     return run.requests.filter(~pl.col("warmup"))
-
-
-def latency_columns(requests: pl.LazyFrame | pl.DataFrame):
-    return metrics.latency_columns(requests)
 
 
 def itl_ns(tokens: pl.DataFrame, request_ids: pl.Series) -> np.ndarray:

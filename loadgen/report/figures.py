@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from loadgen import hdr
-from loadgen.analysis.summary import itl_ms, latency_columns, measured
-from loadgen.results import Run
-from loadgen.scrape import KV_USAGE, RUNNING, WAITING
+from loadgen import metrics
+from loadgen.results import hdr
+from loadgen.analysis.summary import itl_ms, measured
+from loadgen.results.folder import Run
+from loadgen.probe.scrape import KV_USAGE, RUNNING, WAITING
 
 CDF_POINTS = 400
 TIME_POINTS = 600
@@ -49,7 +50,7 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[list[f
 
 def latency_samples(run: Run) -> dict[str, np.ndarray]:
     """ttft, itl and e2e samples (ms) over the rows the summary uses (summary.py's definitions)."""
-    req = latency_columns(measured(run))
+    req = metrics.latency_columns(measured(run))
     ok = req.filter(pl.col("outcome") == "ok")
     return {"ttft": ok["ttft"].drop_nulls().to_numpy(), "itl": itl_ms(run.tokens, ok["request_id"]).to_numpy(),
             "e2e": ok["e2e"].drop_nulls().to_numpy()}

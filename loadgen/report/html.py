@@ -19,7 +19,7 @@ from loadgen.analysis.decompose import COMPONENTS
 from loadgen.report import figures, tables
 from loadgen.report.gantt_svg import gantt_chart
 from loadgen.report.svg import COMPONENT_COLORS, Bar, Cdf, Series, cdf_chart, line_chart, stacked_bars
-from loadgen.results import Run
+from loadgen.results.folder import Run
 
 SIZE_BOUND_BYTES = 2_000_000
 # The stacked bars split decode into its parts (decode = ideal + contention + stalls).

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from loadgen.results import ResultsError, Run
+from loadgen.results.folder import ResultsError, Run
 
 
 def render_run_page(fmt: str, summary: dict, run: Run, decomposition: pl.DataFrame | None) -> str:

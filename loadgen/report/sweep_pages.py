@@ -166,7 +166,7 @@ def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
 def _overlaid_cdfs(c: dict, i: int) -> str:
     """The two runs' CDFs, overlaid, when their results folders are still readable (not part of the JSON)."""
     from loadgen.report import figures
-    from loadgen.results import ResultsError, read_run
+    from loadgen.results.folder import ResultsError, read_run
 
     try:
         runs = [read_run(c["a"]), read_run(c["b"])]

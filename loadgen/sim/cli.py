@@ -6,7 +6,7 @@ import sys
 
 from loadgen.sim.faults import __doc__ as FAULTS_DOC
 from loadgen.sim.faults import parse_faults
-from loadgen.units import parse_duration_ns
+from loadgen.config.units import parse_duration_ns
 
 EPILOG = """\
 token rule: a token is a maximal run of non-whitespace characters; output token i is "tok ".

@@ -24,7 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from loadgen.units import parse_duration_ns
+from loadgen.config.units import parse_duration_ns
 
 PER_REQUEST_KINDS = ("http500", "http429", "http503", "reset_after", "malformed", "slow_headers")
 

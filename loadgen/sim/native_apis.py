@@ -21,8 +21,7 @@ import datetime
 import orjson
 
 from loadgen.sim import tokenizer
-from loadgen.sim.openai_api import DEFAULT_MAX_TOKENS
-from loadgen.sim.server import BadRequest, Context, Parsed, Surface
+from loadgen.sim.server import DEFAULT_MAX_TOKENS, BadRequest, Context, Parsed, Surface
 
 
 def _n(body: dict, key: str, where: dict | None = None) -> int:

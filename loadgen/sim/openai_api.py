@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 
 from loadgen.sim import tokenizer
-from loadgen.sim.server import BadRequest, Context, Parsed, Surface, server_timings
+from loadgen.sim.native_apis import llamacpp_timings
+from loadgen.sim.server import DEFAULT_MAX_TOKENS, BadRequest, Context, Parsed, Surface, server_timings
 
-DEFAULT_MAX_TOKENS = 16
 
 
 def _max_tokens(body: dict, *keys: str) -> int:
@@ -77,8 +77,6 @@ class _OpenAI(Surface):
         return out + b"data: [DONE]\n\n"
 
     def _llamacpp_final(self, ctx: Context, token_ns: list[int]) -> bytes:
-        from loadgen.sim.native_apis import llamacpp_timings
-
         chunks = self._llamacpp_finish(ctx, len(token_ns))
         if token_ns:
             chunks[-1]["timings"] = llamacpp_timings(ctx, token_ns)

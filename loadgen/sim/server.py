@@ -24,6 +24,8 @@ from loadgen.sim.generation import Generation
 from loadgen.sim.metrics import SimMetrics
 from loadgen.sim.truth import TruthWriter, make_row
 
+DEFAULT_MAX_TOKENS = 16   # a request that names no max_tokens / num_predict / n_predict, on every surface
+
 
 class BadRequest(Exception):
     pass

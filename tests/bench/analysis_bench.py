@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import polars as pl
 
-from loadgen.results import REQUEST_SCHEMA, TOKEN_SCHEMA
+from loadgen.results.folder import REQUEST_SCHEMA, TOKEN_SCHEMA
 
 CHUNKS_PER_REQUEST = 64
 _MEASURE = ("import resource, subprocess, sys, time; t = time.perf_counter(); "

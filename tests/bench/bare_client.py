@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import uvloop
 
-from loadgen.clock import TimerfdClock
+from loadgen.client.clock import TimerfdClock
 
 END = b"0\r\n\r\n"
 

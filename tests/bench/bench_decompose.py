@@ -16,7 +16,7 @@ import orjson
 import polars as pl
 
 from loadgen.analysis.decompose import aggregate, decompose
-from loadgen.results import REQUEST_SCHEMA, Run
+from loadgen.results.folder import REQUEST_SCHEMA, Run
 
 MS = 1_000_000
 

@@ -1,4 +1,4 @@
-"""Benchmark: load a 5-million-row BurstGPT-format CSV with loadgen.traces.read.
+"""Benchmark: load a 5-million-row BurstGPT-format CSV with loadgen.plan.traces.read.
 
     python -m tests.bench.bench_traces [ROWS] [--keep FILE]
 
@@ -27,7 +27,7 @@ def hwm_mib():
 """
 LOAD = HWM + """
 import json, sys, time
-from loadgen import traces
+from loadgen.plan import traces
 t0 = time.perf_counter()
 t = traces.read(sys.argv[1], "burstgpt")
 dt = time.perf_counter() - t0
@@ -51,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "burstgpt_5m.csv"
         write_burstgpt(path, rows)
-        baseline = subprocess.run([sys.executable, "-c", HWM + "import loadgen.traces; print(hwm_mib())"],
+        baseline = subprocess.run([sys.executable, "-c", HWM + "import loadgen.plan.traces; print(hwm_mib())"],
                                   capture_output=True, text=True, check=True)
         t0 = time.perf_counter()
         p = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, check=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from loadgen.analysis.decompose import aggregate, decompose
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 
 SIM = "--profile h100-sxm --speed 0.2"
 RELAXED_SELFCHECK = ("--max-send-lag-p99", "10s", "--max-rate-deviation", "10", "--max-cv-deviation", "100")

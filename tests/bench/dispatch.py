@@ -16,7 +16,7 @@ import time
 import numpy as np
 import uvloop
 
-from loadgen.clock import SpinClock, TimerfdClock
+from loadgen.client.clock import SpinClock, TimerfdClock
 
 
 class PlainClock:

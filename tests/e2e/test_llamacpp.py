@@ -13,10 +13,10 @@ import orjson
 import polars as pl
 
 from loadgen import metrics
-from loadgen.probe_http import Probe
-from loadgen.results import read_run
-from loadgen.server_tokenizer import ServerTokenizer
-from loadgen.servers import detect
+from loadgen.probe.probe_http import Probe
+from loadgen.results.folder import read_run
+from loadgen.probe.server_tokenizer import ServerTokenizer
+from loadgen.probe.servers import detect
 from tests.e2e.conftest import FIGURES, SLOTS
 from tests.integration.conftest import loadgen
 

@@ -22,11 +22,11 @@ import numpy as np
 import orjson
 import polars as pl
 
-from loadgen.fit import DECODE_TOKENS
-from loadgen.fit_model import predicted_ttft_s
-from loadgen.fit_probe import DecodeSample, PrefillSample, Prober
-from loadgen.predict import Plan, point
-from loadgen.results import read_run
+from loadgen.twin.fit import DECODE_TOKENS
+from loadgen.twin.fit_model import predicted_ttft_s
+from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober
+from loadgen.twin.predict import Plan, point
+from loadgen.results.folder import read_run
 from loadgen.sim.profiles import Profile, load_profile
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 

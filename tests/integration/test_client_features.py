@@ -6,8 +6,8 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.config import ConfigError
-from loadgen.discover import discover_model
+from loadgen.config.workload import ConfigError
+from loadgen.probe.discover import discover_model
 from tests.integration.conftest import loadgen, workload
 from tests.misbehaving import BasicAuthServer
 

@@ -5,7 +5,7 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from tests.integration.conftest import loadgen, report_json, workload
 
 ENGINE = "--profile h100-sxm --per-request-metrics"

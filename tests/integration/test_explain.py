@@ -7,7 +7,7 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from tests.integration.conftest import loadgen, skip_if_host_stalled
 from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
 

@@ -6,7 +6,7 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.units import parse_duration_ns
+from loadgen.config.units import parse_duration_ns
 from tests.faultproxy import FaultProxy
 from tests.integration.conftest import loadgen, workload
 

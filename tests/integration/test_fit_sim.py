@@ -14,7 +14,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from loadgen.fit_model import coefficients
+from loadgen.twin.fit_model import coefficients
 from loadgen.sim.process import SimProcess
 from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import loadgen

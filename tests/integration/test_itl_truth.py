@@ -4,7 +4,7 @@ import polars as pl
 import pytest
 
 from loadgen.analysis.summary import itl_ms
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.process import SimProcess
 from tests.integration.conftest import loadgen, workload
 

@@ -5,7 +5,7 @@ read path fell behind, e.g. small read buffers, would show a lag growing with th
 import numpy as np
 import polars as pl
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.process import SimProcess
 from tests.integration.conftest import loadgen, workload
 

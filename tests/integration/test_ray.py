@@ -1,4 +1,4 @@
-"""`loadgen run --ray auto` (loadgen/ray_workers.py): 2 actors on a one-node Ray cluster that sees loopback only.
+"""`loadgen run --ray auto` (loadgen/run/ray_workers.py): 2 actors on a one-node Ray cluster that sees loopback only.
 
 Ray picks the machine's interface address even with --node-ip-address=127.0.0.1, so the cluster, the
 simulator and the run all live in a network namespace of their own holding only `lo` (unshare -n, as
@@ -16,7 +16,7 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.truth import read_truth
 from tests.integration.conftest import report_json, workload
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from loadgen.analysis.summary import itl_ms
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.truth import read_truth
 from tests.integration.conftest import loadgen, report_json, workload
 

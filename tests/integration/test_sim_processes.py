@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.process import SimProcess
 from loadgen.sim.truth import read_truth
 from tests.integration.conftest import loadgen, report_json, workload

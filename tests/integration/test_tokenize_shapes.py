@@ -10,11 +10,11 @@ import time
 import orjson
 import pytest
 
-from loadgen.probe_http import Probe
-from loadgen.prompts import PromptMaker, TokenizerError
-from loadgen.results import read_run
-from loadgen.server_tokenizer import ServerTokenizer
-from loadgen.servers import detect
+from loadgen.probe.probe_http import Probe
+from loadgen.plan.prompts import PromptMaker, TokenizerError
+from loadgen.results.folder import read_run
+from loadgen.probe.server_tokenizer import ServerTokenizer
+from loadgen.probe.servers import detect
 from loadgen.sim.process import SimProcess
 from tests.integration.conftest import loadgen, workload
 

@@ -1,4 +1,4 @@
-"""`loadgen run --workers N` (loadgen/workers.py) against the simulator on port 0: one plan, N processes."""
+"""`loadgen run --workers N` (loadgen/run/workers.py) against the simulator on port 0: one plan, N processes."""
 import os
 import signal
 import subprocess
@@ -10,7 +10,7 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.results import read_run
+from loadgen.results.folder import read_run
 from loadgen.sim.truth import read_truth
 from tests.integration.conftest import loadgen, report_json, skip_if_host_stalled, workload
 

@@ -8,9 +8,9 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen.prompts import PromptMaker
-from loadgen.server_tokenizer import ServerTokenizer
-from loadgen.results import read_run
+from loadgen.plan.prompts import PromptMaker
+from loadgen.probe.server_tokenizer import ServerTokenizer
+from loadgen.results.folder import read_run
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 
 # 1..16 exhaustively, every power of two up to 8192 and its neighbours, and 20 seeded picks.

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from loadgen import arrivals
+from loadgen.plan import arrivals
 
 
 def ks_statistic_exponential(gaps_s: np.ndarray, rate: float) -> float:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import arrivals
+from loadgen.plan import arrivals
 
 S = 1_000_000_000
 

@@ -6,14 +6,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from loadgen import config
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.backends import BACKENDS, Backend, make_backend
-from loadgen.bodies import Bodies
-from loadgen.datasets import DatasetError, load_sharegpt
-from loadgen.prompts import ApproximateTokenizer, PromptMaker
-from loadgen.recorder import Row
-from loadgen.schedule import NONE, build
+from loadgen.config import workload as config
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.backends import BACKENDS, Backend, make_backend
+from loadgen.plan.bodies import Bodies
+from loadgen.plan.datasets import DatasetError, load_sharegpt
+from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
+from loadgen.client.recorder import Row
+from loadgen.plan.schedule import NONE, build
 from tests.scripted import sse
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,11 +1,11 @@
 """The moving-block bootstrap (loadgen/analysis/bootstrap.py) with fixed seeds, and --fail-if rules
-(loadgen/fail_if.py): parsing and evaluation on made-up comparison entries."""
+(loadgen/analysis/fail_if.py): parsing and evaluation on made-up comparison entries."""
 import numpy as np
 import pytest
 
-from loadgen import compare
+from loadgen.analysis import compare
 from loadgen.analysis import bootstrap as bs
-from loadgen.fail_if import FailIfError, evaluate, parse_fail_if
+from loadgen.analysis.fail_if import FailIfError, evaluate, parse_fail_if
 
 
 def test_block_indices_are_runs_of_consecutive_requests():

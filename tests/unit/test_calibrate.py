@@ -1,7 +1,7 @@
 """The idle-server fit (calibrate.py)."""
 import pytest
 
-from loadgen.calibrate import fit, probe_lengths
+from loadgen.probe.calibrate import fit, probe_lengths
 
 
 def probes(f, lengths, reps=3, itl=lambda L: 10.0):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli import main
+from loadgen.cli.main import main
 from loadgen.sim.cli import main as sim_main
 
 W = str(Path(__file__).resolve().parents[2] / "workloads" / "quickstart.toml")
@@ -74,9 +74,9 @@ def test_sim_reports_every_bad_flag_at_once(capsys):
 @pytest.mark.parametrize("sim_args, expect", [("--ttft '5 ms'", ("--ttft", "5 ms")),
                                              ("--prefix-caching", ("--prefix-caching",))])
 def test_sim_args_are_split_like_a_shell(sim_args, expect):
-    from loadgen import config
-    from loadgen.cli import _glue_sim_args, build_parser
-    from loadgen.options import values
+    from loadgen.config import workload as config
+    from loadgen.cli.main import _glue_sim_args, build_parser
+    from loadgen.config.options import values
 
     args = build_parser().parse_args(_glue_sim_args(["run", W, "--sim-args", sim_args]))
     assert config.load(W, values(args)).sim_args == expect

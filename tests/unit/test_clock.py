@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from loadgen.clock import TimerfdClock
+from loadgen.client.clock import TimerfdClock
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux-only")
 

@@ -1,13 +1,13 @@
 """Workload keys and flags of the closed loop: run.concurrency, run.think_time, rate = "inf",
-and the plans they make (loadgen/config.py, loadgen/schedule.py)."""
+and the plans they make (loadgen/config/workload.py, loadgen/plan/schedule.py)."""
 import math
 import textwrap
 
 import pytest
 
-from loadgen.closedloop import load_model
-from loadgen.config import ConfigError, load
-from loadgen.schedule import build
+from loadgen.client.closedloop import load_model
+from loadgen.config.workload import ConfigError, load
+from loadgen.plan.schedule import build
 
 
 def write(tmp_path, run: str, rate: str = '"8/s"') -> str:

@@ -1,11 +1,11 @@
-"""ClosedLoopRunner (loadgen/closedloop.py) under the virtual clock and a byte-scripted server: exact
+"""ClosedLoopRunner (loadgen/client/closedloop.py) under the virtual clock and a byte-scripted server: exact
 timing of N users, think time, failures freeing their user, and the stop signal."""
 import asyncio
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.clock import LoopClock
-from loadgen.closedloop import ClosedLoopRunner
-from loadgen.recorder import CANCELLED, HTTP_ERROR, OK, Recorder, Row
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.clock import LoopClock
+from loadgen.client.closedloop import ClosedLoopRunner
+from loadgen.client.recorder import CANCELLED, HTTP_ERROR, OK, Recorder, Row
 from tests.scripted import Script, ScriptedTransport, completion_stream, run_virtual
 
 MS = 1_000_000

@@ -5,8 +5,8 @@ import textwrap
 
 import pytest
 
-from loadgen import config
-from loadgen.config import ConfigError
+from loadgen.config import workload as config
+from loadgen.config.workload import ConfigError
 
 GOOD = """
 model = "m"

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.clock import make_clock
-from loadgen.rawhttp import RawHttpTransport
-from loadgen.recorder import INTERRUPTED, TIMEOUT, Recorder, Row
-from loadgen.runner import Runner
-from loadgen.transport import AiohttpTransport
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.clock import make_clock
+from loadgen.client.rawhttp import RawHttpTransport
+from loadgen.client.recorder import INTERRUPTED, TIMEOUT, Recorder, Row
+from loadgen.client.runner import Runner
+from loadgen.client.transport import AiohttpTransport
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

@@ -52,7 +52,7 @@ def test_a_healthy_run_has_no_finding():
 
 
 def test_metrics_facts_take_the_peaks():
-    from loadgen.scrape import frame
+    from loadgen.probe.scrape import frame
 
     df = frame([(0, "vllm:num_requests_waiting", "", 0.0), (1, "vllm:num_requests_waiting", "", 4.0),
                 (1, "vllm:kv_cache_usage_perc", "", 0.97), (2, "vllm:num_requests_running", "", 9.0)])
@@ -65,7 +65,7 @@ def test_the_overload_remedy_names_a_command_that_exists():
     # now must parse with loadgen's own parser (a sweep from 1/s to the knee).
     import shlex
 
-    from loadgen.cli import build_parser
+    from loadgen.cli.main import build_parser
 
     finding = dg.overload(Facts(mean={"queue": 80.0}, ttft_mean_ms=100.0, by_prompt=[]))
     assert dg.SWEEP_COMMAND in finding["remedy"]

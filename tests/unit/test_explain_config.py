@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from loadgen import config
-from loadgen.config import ConfigError
+from loadgen.config import workload as config
+from loadgen.config.workload import ConfigError
 from tests.unit.test_config import GOOD
 
 
@@ -49,7 +49,7 @@ def cli(*args):
 ])
 def test_report_bad_flags_exit_2_without_traceback(tmp_path, args, message):
     from tests.frames import make_run, stream
-    from loadgen.results import write_json, write_parquet
+    from loadgen.results.folder import write_json, write_parquet
 
     run = make_run([{"id": "a", "tokens": stream(30, 4, 10)}])
     (tmp_path / "run").mkdir()

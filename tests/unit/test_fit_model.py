@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from loadgen.fit_model import (EngineLimits, coefficients, fit, predicted_step_s, predicted_ttft_s, to_profile,
+from loadgen.twin.fit_model import (EngineLimits, coefficients, fit, predicted_step_s, predicted_ttft_s, to_profile,
                                to_toml, Coefficients)
-from loadgen.fit import center
-from loadgen.fit_probe import DecodeSample, PrefillSample
+from loadgen.twin.fit import center
+from loadgen.twin.fit_probe import DecodeSample, PrefillSample
 from loadgen.sim.profiles import load_profile
 
 PROMPTS = (128, 256, 512, 1024, 2048, 3000)

@@ -10,16 +10,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from loadgen import selfcheck
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.clock import LoopClock
-from loadgen.execute import _tick_work, check_generator
-from loadgen.intervals import INTERVAL_NS, LiveHistograms
-from loadgen.reachability import unreachable_reason
-from loadgen.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, OK, ErrorKind, Recorder, Row)
-from loadgen.results import PARTS, RunWriter
-from loadgen.runner import Runner
-from loadgen.workers import PartWriter
+from loadgen.run import selfcheck
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.clock import LoopClock
+from loadgen.run.launch import _tick_work, check_generator
+from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
+from loadgen.probe.reachability import unreachable_reason
+from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, OK, ErrorKind, Recorder, Row)
+from loadgen.results.folder import PARTS, RunWriter
+from loadgen.client.runner import Runner
+from loadgen.run.workers import PartWriter
 from tests.scripted import ScriptedTransport, completion_stream, run_virtual
 
 MS = 1_000_000
@@ -128,7 +128,7 @@ def test_a_failed_tokens_part_leaves_the_rows_unflushed(tmp_path, monkeypatch):
     rows = rows_of_a_run(30)
     writer = RunWriter(tmp_path / "run")
     writer.prepare()
-    import loadgen.results as results
+    import loadgen.results.folder as results
 
     def no_tokens(*a):
         raise OSError("disk full")

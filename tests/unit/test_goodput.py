@@ -2,7 +2,8 @@
 import polars as pl
 import pytest
 
-from loadgen.analysis.goodput import goodput, meets, nearest_rank, parse_slo
+from loadgen.analysis.goodput import goodput, meets, nearest_rank
+from loadgen.config.slo import parse_slo
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ from hdrh.histogram import HdrHistogram
 from hdrh.log import HistogramLogReader, HistogramLogWriter
 from hypothesis import example, given, settings, strategies as st
 
-from loadgen import hdr
+from loadgen.results import hdr
 
 S = 1_000_000_000  # ns per s
 MS = 1_000_000     # ns per ms
@@ -15,7 +15,7 @@ WALL = 1_732_930_000.25  # an arbitrary t0 wall-clock time, s
 
 def per_value(values_ns):
     # Reference: the package's record_value once per value, with the documented rules written
-    # out independently of loadgen.hdr (half-up rounding to µs; < 0, > 1 h and NaN out of range).
+    # out independently of loadgen.results.hdr (half-up rounding to µs; < 0, > 1 h and NaN out of range).
     hist, out = hdr.new_histogram(), 0
     for v in values_ns:
         v = v.item() if hasattr(v, "item") else v

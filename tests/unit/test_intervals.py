@@ -1,12 +1,12 @@
-"""Live interval histograms (loadgen/intervals.py): the per-token ITL rule vectorized, the *.hlog round
+"""Live interval histograms (loadgen/run/intervals.py): the per-token ITL rule vectorized, the *.hlog round
 trip, out-of-range counting, and the exact merge of several workers' logs. No clock, no run."""
 import numpy as np
 import polars as pl
 import pytest
 
-from loadgen import hdr
+from loadgen.results import hdr
 from loadgen.analysis.summary import histograms, itl_ms
-from loadgen.intervals import LiveHistograms, metric_values_ns
+from loadgen.run.intervals import LiveHistograms, metric_values_ns
 from loadgen.metrics import itl_samples_ns
 from tests.unit.test_summary import make_run, row
 

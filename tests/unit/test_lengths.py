@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import lengths
-from loadgen.lengths import Lengths
+from loadgen.config import lengths as length_spec
+from loadgen.plan import lengths
+from loadgen.config.lengths import Lengths
 
 
 def seed(s: int) -> np.random.SeedSequence:
@@ -17,7 +18,7 @@ def seed(s: int) -> np.random.SeedSequence:
 
 def parse(v, base_dir=Path(".")):
     problems = []
-    spec = lengths.parse(v, "prompt.tokens", lambda k, m: problems.append(f"{k}: {m}"), base_dir)
+    spec = length_spec.parse(v, "prompt.tokens", lambda k, m: problems.append(f"{k}: {m}"), base_dir)
     return spec, problems
 
 
@@ -36,7 +37,7 @@ def test_same_seed_same_lengths_within_bounds(s, which):
     spec = SPECS[which]
     a = lengths.sample(spec, 300, seed(s))
     assert np.array_equal(a, lengths.sample(spec, 300, seed(s)))
-    assert a.dtype == np.int64 and a.min() >= max(1, spec.min) and a.max() <= (spec.max or lengths.DEFAULT_MAX)
+    assert a.dtype == np.int64 and a.min() >= max(1, spec.min) and a.max() <= (spec.max or length_spec.DEFAULT_MAX)
 
 
 @settings(max_examples=15, deadline=None)

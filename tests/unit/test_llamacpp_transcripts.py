@@ -4,11 +4,11 @@ from array import array
 
 import pytest
 
-from loadgen.backends.llamacpp import LlamaCppBackend
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.recorder import OK, Row
-from loadgen.server_tokenizer import plausible, tokens_in
-from loadgen.servers import PATHS, classify
+from loadgen.client.backends.llamacpp import LlamaCppBackend
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.recorder import OK, Row
+from loadgen.probe.server_tokenizer import plausible, tokens_in
+from loadgen.probe.servers import PATHS, classify
 from tests.transcripts import Transcript
 
 TEXT = "kalo mine rusa tevo"

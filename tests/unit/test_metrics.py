@@ -5,11 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from loadgen import hdr, metrics
+from loadgen.results import hdr
+from loadgen import metrics
 from loadgen.analysis.decompose import decompose
 from loadgen.analysis.summary import summarize
-from loadgen.execute import check_generator
-from loadgen.intervals import metric_values_ns
+from loadgen.run.launch import check_generator
+from loadgen.run.intervals import metric_values_ns
 from tests.unit.test_summary import make_run, row
 
 MS = 1_000_000

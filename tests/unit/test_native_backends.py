@@ -4,10 +4,10 @@ from array import array
 import orjson
 import pytest
 
-from loadgen.backends import make_backend
-from loadgen.backends.llamacpp import LlamaCppBackend
-from loadgen.backends.ollama import OllamaBackend
-from loadgen.recorder import OK, STREAM_ERROR, Row
+from loadgen.client.backends import make_backend
+from loadgen.client.backends.llamacpp import LlamaCppBackend
+from loadgen.client.backends.ollama import OllamaBackend
+from loadgen.client.recorder import OK, STREAM_ERROR, Row
 from tests.scripted import sse
 
 

@@ -2,9 +2,9 @@ from array import array
 
 import pytest
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.backends.stream import spread_tokens
-from loadgen.recorder import OK, STREAM_ERROR, Row
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.backends.stream import spread_tokens
+from loadgen.client.recorder import OK, STREAM_ERROR, Row
 from tests.scripted import sse
 
 

@@ -3,8 +3,8 @@ from array import array
 
 import pytest
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.recorder import Row
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.recorder import Row
 
 
 def cmpl(text, finish=b"null"):

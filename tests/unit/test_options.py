@@ -1,13 +1,13 @@
-"""The option table (loadgen/options.py): every flag documented, every value validated with the workload,
+"""The option table (loadgen/config/options.py): every flag documented, every value validated with the workload,
 all problems at once, run options through the same route as workload keys."""
 from pathlib import Path
 
 import pytest
 
-from loadgen import config
-from loadgen.cli import build_parser
-from loadgen.config import ConfigError
-from loadgen.options import OPTIONS, values
+from loadgen.config import workload as config
+from loadgen.cli.main import build_parser
+from loadgen.config.workload import ConfigError
+from loadgen.config.options import OPTIONS, values
 from tests.unit.test_config import GOOD, write
 
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loadgen.backends import make_backend
-from loadgen.rawhttp import parse_response
-from loadgen.recorder import Outcome, Row
-from loadgen.transport import TransportError
+from loadgen.client.backends import make_backend
+from loadgen.client.rawhttp import parse_response
+from loadgen.client.recorder import Outcome, Row
+from loadgen.client.transport import TransportError
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

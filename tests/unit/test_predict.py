@@ -9,8 +9,8 @@ import numpy as np
 import orjson
 import pytest
 
-from loadgen.cli import main
-from loadgen.predict import simulate
+from loadgen.cli.main import main
+from loadgen.twin.predict import simulate
 from loadgen.sim.profiles import load_profile
 
 TINY = load_profile("tiny")

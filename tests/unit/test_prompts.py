@@ -4,8 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import prompts
-from loadgen.prompts import (
+from loadgen.plan import prompts
+from loadgen.probe import server_tokenizer
+from loadgen.plan.prompts import (
     ApproximateTokenizer,
     LocalTokenizer,
     PromptMaker,
@@ -80,11 +81,11 @@ def test_missing_tokenizer_file_says_how_to_fix(tmp_path):
 
 
 def test_auto_falls_back_to_approximate_with_a_warning():
-    tok, warning = prompts.resolve("auto", "http://127.0.0.1:9", None)  # nothing listens on port 9
+    tok, warning = server_tokenizer.resolve("auto", "http://127.0.0.1:9", None)  # nothing listens on port 9
     assert tok.mode == "approximate" and "APPROXIMATE" in warning
     with pytest.raises(TokenizerError):
-        prompts.resolve("server", "http://127.0.0.1:9", None)
-    tok, warning = prompts.resolve("approximate", "http://127.0.0.1:9", None)
+        server_tokenizer.resolve("server", "http://127.0.0.1:9", None)
+    tok, warning = server_tokenizer.resolve("approximate", "http://127.0.0.1:9", None)
     assert tok.mode == "approximate" and warning is None  # asked for: no warning
 
 

@@ -10,10 +10,11 @@ import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from loadgen import config, traces
-from loadgen.config import ConfigError
-from loadgen.schedule import build
-from loadgen.traces import TraceError
+from loadgen.config import workload as config
+from loadgen.plan import traces
+from loadgen.config.workload import ConfigError
+from loadgen.plan.schedule import build
+from loadgen.plan.traces import TraceError
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

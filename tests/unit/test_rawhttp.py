@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadgen import rawhttp
-from loadgen.rawhttp import parse_response
-from loadgen.transport import TransportError
+from loadgen.client import rawhttp
+from loadgen.client.rawhttp import parse_response
+from loadgen.client.transport import TransportError
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 

@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from loadgen.rawhttp import RawHttpTransport
+from loadgen.client.rawhttp import RawHttpTransport
 from loadgen.errors import TransportError
-from loadgen.recorder import Row
+from loadgen.client.recorder import Row
 from tests.scripted import ScriptedNetwork, run_virtual
 
 HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -11,8 +11,8 @@ import numpy as np
 import orjson
 import pytest
 
-from loadgen import hdr
-from loadgen.cli import main
+from loadgen.results import hdr
+from loadgen.cli.main import main
 from loadgen.report import figures
 from loadgen.report.html import SIZE_BOUND_BYTES
 from loadgen.report.svg import Series, line_chart

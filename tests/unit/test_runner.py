@@ -3,10 +3,11 @@ import asyncio
 
 import numpy as np
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.clock import LoopClock
-from loadgen.recorder import CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT, Recorder, Row
-from loadgen.runner import Runner
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.clock import LoopClock
+from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
+                                     Recorder, Row)
+from loadgen.client.runner import Runner
 from tests.scripted import Script, ScriptedTransport, completion_stream, run_virtual
 
 MS = 1_000_000

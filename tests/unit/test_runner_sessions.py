@@ -5,10 +5,10 @@ import itertools
 
 import orjson
 
-from loadgen.backends.openai import OpenAIBackend
-from loadgen.clock import LoopClock
-from loadgen.recorder import DROPPED, HTTP_ERROR, OK, Recorder, Row
-from loadgen.runner import Runner
+from loadgen.client.backends.openai import OpenAIBackend
+from loadgen.client.clock import LoopClock
+from loadgen.client.recorder import DROPPED, HTTP_ERROR, OK, Recorder, Row
+from loadgen.client.runner import Runner
 from tests.scripted import Script, ScriptedTransport, completion_stream, run_virtual
 
 MS = 1_000_000

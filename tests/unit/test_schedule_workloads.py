@@ -6,9 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen import config, traces
-from loadgen.config import ConfigError
-from loadgen.schedule import NONE, build, plan_records
+from loadgen.config import workload as config
+from loadgen.plan import traces
+from loadgen.config.workload import ConfigError
+from loadgen.plan.schedule import NONE, build, plan_records
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = """

@@ -2,7 +2,7 @@
 import pytest
 
 from loadgen.analysis.decompose import histogram_crosscheck
-from loadgen.scrape import frame, parse
+from loadgen.probe.scrape import frame, parse
 
 TEXT = '''# HELP vllm:num_requests_waiting Waiting.
 # TYPE vllm:num_requests_waiting gauge

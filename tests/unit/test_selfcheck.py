@@ -1,8 +1,8 @@
-"""The invalid-run rule (loadgen/selfcheck.py) on hand-made dispatch times: no clock, no run."""
+"""The invalid-run rule (loadgen/run/selfcheck.py) on hand-made dispatch times: no clock, no run."""
 import numpy as np
 import pytest
 
-from loadgen.selfcheck import Limits, check
+from loadgen.run.selfcheck import Limits, check
 
 MS = 1_000_000
 

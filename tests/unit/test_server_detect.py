@@ -3,8 +3,8 @@ answers: no sockets. Real llama-server answers are replayed in test_llamacpp_tra
 import orjson
 import pytest
 
-from loadgen.server_tokenizer import plausible, tokens_in
-from loadgen.servers import classify
+from loadgen.probe.server_tokenizer import plausible, tokens_in
+from loadgen.probe.servers import classify
 
 
 def ok(obj, headers=None):
@@ -64,7 +64,7 @@ def test_an_empty_token_list_for_text_is_not_a_count():
 
 
 def test_tgi_chat_prompts_are_not_exact():
-    from loadgen.server_tokenizer import ServerTokenizer
+    from loadgen.probe.server_tokenizer import ServerTokenizer
 
     tok = object.__new__(ServerTokenizer)  # no server: only the shape's capability is asked
     tok.shape, tok.api, tok.prompt_exact = "tgi", "chat", True

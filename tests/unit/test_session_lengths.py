@@ -5,8 +5,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen import config
-from loadgen.schedule import build
+from loadgen.config import workload as config
+from loadgen.plan.schedule import build
 
 W = Path(__file__).resolve().parents[2] / "workloads" / "multi-turn-chat.toml"
 

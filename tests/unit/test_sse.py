@@ -2,7 +2,7 @@ import itertools
 
 import pytest
 
-from loadgen.backends.sse import Event, SSEParser
+from loadgen.client.backends.sse import Event, SSEParser
 
 
 def parse(chunks: list[bytes]) -> list[Event]:

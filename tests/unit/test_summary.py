@@ -5,8 +5,8 @@ import polars as pl
 import pytest
 
 from loadgen.analysis.summary import itl_ms, summarize
-from loadgen.recorder import Row
-from loadgen.results import Run, requests_frame, tokens_frame
+from loadgen.client.recorder import Row
+from loadgen.results.folder import Run, requests_frame, tokens_frame
 
 MS = 1_000_000
 

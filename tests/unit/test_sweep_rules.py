@@ -1,9 +1,10 @@
-"""The knee rule and the rate search of loadgen/sweep.py, and the sweep's flag parsing, on made-up points."""
+"""The knee rule and the rate search of loadgen/run/sweep.py, and the sweep's flag parsing, on made-up points."""
 import numpy as np
 import pytest
 
-from loadgen.sweep import SweepSpec, keeps_up, knee, search
-from loadgen.sweep_args import ArgError, parse_rates
+from loadgen.analysis.knee import keeps_up, knee
+from loadgen.run.sweep import SweepSpec, search
+from loadgen.cli.sweep_args import ArgError, parse_rates
 
 
 def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None):
@@ -87,7 +88,7 @@ def test_bad_rates(text, message):
 
 
 def test_fitted_rate_weighs_every_event():
-    from loadgen.sweep import fitted_rate_per_s
+    from loadgen.metrics import fitted_rate_per_s
 
     even = np.arange(0, 2_000_000_000, 100_000_000)  # 20 events, 10/s
     assert fitted_rate_per_s(even) == pytest.approx(10.0)

@@ -3,8 +3,8 @@
 bits); a trace without rows is an error. Never a library error without a line, never a traceback."""
 import pytest
 
-from loadgen import traces
-from loadgen.traces import TraceError
+from loadgen.plan import traces
+from loadgen.plan.traces import TraceError
 
 BG_HEAD = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 AZ_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -4,8 +4,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen import arrivals, traces
-from loadgen.traces import TraceError
+from loadgen.plan import arrivals, traces
+from loadgen.plan.traces import TraceError
 
 TRACES = Path(__file__).resolve().parents[2] / "workloads" / "traces"
 SHIPPED = ["azure_synthetic.csv", "burstgpt_synthetic.csv", "mooncake_synthetic.jsonl", "loadgen_synthetic.jsonl"]

@@ -1,12 +1,12 @@
-"""How `--workers` splits a plan (loadgen/workers.py): whole sessions, round-robin, and `auto` by rate."""
+"""How `--workers` splits a plan (loadgen/run/workers.py): whole sessions, round-robin, and `auto` by rate."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from loadgen import config
-from loadgen.schedule import build
-from loadgen.workers import WORKER_CHUNKS_PER_S, assign, count_for
+from loadgen.config import workload as config
+from loadgen.plan.schedule import build
+from loadgen.run.workers import WORKER_CHUNKS_PER_S, assign, count_for
 from tests.integration.conftest import workload
 
 
@@ -54,17 +54,17 @@ def test_a_bad_workers_flag_names_the_flag(tmp_path, value):
 
 
 def test_ray_without_ray_says_how_to_get_it(tmp_path, monkeypatch):
-    from loadgen import ray_workers
+    from loadgen.run import ray_workers
+
+    from loadgen.run import launch
 
     monkeypatch.setattr(ray_workers, "available", lambda: False)
+    c = config.load(workload(tmp_path), {"--ray": "auto"})  # Ray is looked for when the run starts
     with pytest.raises(config.ConfigError) as e:
-        config.load(workload(tmp_path), {"--ray": "auto"})
+        launch.run_workload(c, progress=None)
     assert "pip install 'loadgen[ray]'" in " ".join(e.value.problems)
 
 
-def test_ray_defaults_to_auto_workers(tmp_path, monkeypatch):
-    from loadgen import ray_workers
-
-    monkeypatch.setattr(ray_workers, "available", lambda: True)
+def test_ray_defaults_to_auto_workers(tmp_path):
     c = config.load(workload(tmp_path), {"--ray": "10.0.0.1:6379"})
     assert c.ray == "10.0.0.1:6379" and c.workers == 0

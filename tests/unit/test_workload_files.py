@@ -9,8 +9,8 @@ import orjson
 import polars as pl
 import pytest
 
-from loadgen import config
-from loadgen.schedule import NONE, build
+from loadgen.config import workload as config
+from loadgen.plan.schedule import NONE, build
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = sorted((ROOT / "workloads").glob("*.toml"))

@@ -1,0 +1,102 @@
+"""The `fit` and `predict` commands' flags and handlers (cli.py dispatches here; docs/twin.md)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+from loadgen.errors import InputError
+
+
+def add_parsers(sub) -> None:
+    f = sub.add_parser("fit", help="probe a live server and write a simulator profile of it (docs/twin.md)")
+    f.add_argument("--url", required=True, help="server base URL (OpenAI-compatible /v1/completions)")
+    f.add_argument("--out", required=True, metavar="FILE.toml", help="the profile to write")
+    f.add_argument("--budget", default="60s", metavar="DURATION", help="time bound of the probes (default 60s)")
+    f.add_argument("--rounds", type=int, metavar="N",  # default: fit.ROUNDS (imported lazily: a fast start)
+                   help="rounds of probes at most (default 8; fewer when the budget ends first)")
+    f.add_argument("--max-num-seqs", type=int, metavar="N", help="slots / max batch when /props does not say")
+    f.add_argument("--max-model-len", type=int, metavar="N", help="tokens per slot when /props does not say")
+    f.add_argument("--max-batched-tokens", type=int, default=2048, metavar="N",
+                   help="tokens per engine step (llama.cpp -b, default 2048)")
+    f.add_argument("--extra-body", metavar="JSON", help="fields added to every probe request (JSON object)")
+    f.add_argument("--name", default=None, help="the profile's name (default: the file's stem)")
+    f.add_argument("--format", choices=("text", "json"), default="text")
+    p = sub.add_parser("predict", help="a workload's latency at other rates, from a profile (docs/twin.md)")
+    p.add_argument("workload", help="workload file (TOML)")
+    p.add_argument("--profile", required=True, metavar="NAME|FILE", help="a shipped profile or a TOML file")
+    p.add_argument("--rates", required=True, metavar="R1,R2,...", help="request rates, e.g. 0.5,1,2/s")
+    p.add_argument("--requests", metavar="N", help="number of requests per rate (replaces the file's)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--out", metavar="FILE.json", help="also write the prediction as JSON")
+
+
+def parse_rates(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        t = part.strip().removesuffix("/s")
+        try:
+            v = float(t)
+        except ValueError:
+            raise InputError([f"--rates: {part.strip()!r} is not a rate (e.g. 0.5,1,2/s)"]) from None
+        if not v > 0:
+            raise InputError([f"--rates: {part.strip()!r} must be > 0"])
+        out.append(v)
+    return sorted(out)
+
+
+def fit_command(args: argparse.Namespace) -> int:
+    from loadgen.twin.fit import ROUNDS, FitOptions, profile_text, run_fit, to_text
+    from loadgen.config.units import parse_duration_ns
+
+    problems = []
+    try:
+        budget_s = parse_duration_ns(args.budget) / 1e9
+    except ValueError as e:
+        problems.append(f"--budget: {e}")
+    extra = None
+    if args.extra_body:
+        try:
+            extra = orjson.loads(args.extra_body)
+            if not isinstance(extra, dict):
+                raise ValueError
+        except ValueError:
+            problems.append(f"--extra-body: {args.extra_body!r} is not a JSON object")
+    for flag, v in (("--max-num-seqs", args.max_num_seqs), ("--max-model-len", args.max_model_len),
+                    ("--max-batched-tokens", args.max_batched_tokens), ("--rounds", args.rounds)):
+        if v is not None and v < 1:
+            problems.append(f"{flag}: must be >= 1")
+    out = Path(args.out)
+    if out.suffix != ".toml":
+        problems.append(f"--out {args.out}: must end in .toml")
+    elif not out.parent.is_dir():
+        problems.append(f"--out {args.out}: no folder {out.parent}")
+    if problems:
+        raise InputError(problems)
+    res, report = run_fit(FitOptions(args.url, budget_s, args.max_num_seqs, args.max_model_len,
+                                     args.max_batched_tokens, extra, args.name or out.stem,
+                                     ROUNDS if args.rounds is None else args.rounds))
+    out.write_text(profile_text(res, report))
+    report["profile"] = str(out)
+    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
+                     else to_text(res, report) + f"wrote {out}\n")
+    return 0
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from loadgen.twin.predict import predict, to_text
+    from loadgen.sim.profiles import load_profile
+
+    rates = parse_rates(args.rates)
+    try:
+        profile = load_profile(args.profile)
+    except ValueError as e:
+        raise InputError([str(e)]) from None
+    d = predict(args.workload, profile, rates, {"--requests": args.requests})
+    if args.out:
+        Path(args.out).write_bytes(orjson.dumps(d, option=orjson.OPT_INDENT_2))
+    sys.stdout.write(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
+                     else to_text(d))
+    return 0

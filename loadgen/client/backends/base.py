@@ -1,0 +1,49 @@
+"""What every API backend is (the Backend protocol) and the message helpers they share. Each backend
+turns a planned request into an HTTP body and interprets the stamped stream.
+
+The runner owns the socket and stamps every read; backends never see the clock. After the stream ends,
+`interpret(row, read_t_ns, reads)` fills the row's token fields from the raw reads and their stamps.
+Every backend implements the whole Backend protocol below.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from loadgen.client.recorder import Row
+
+Messages = list[dict[str, str]]   # [{"role": "system" | "user" | "assistant", "content": text}]
+
+
+class Backend(Protocol):
+    api: str                # completions | chat
+    model: str
+    path: str               # the endpoint every request is posted to
+
+    def body(self, prompt: str, max_tokens: int) -> bytes:
+        """One prompt text (chat: one user message)."""
+
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        """A conversation (system prefix, history, the new user turn); completions-style endpoints get
+        the contents joined by newlines."""
+
+    def reply_text(self, reads: list[bytes]) -> str:
+        """The generated text of a finished response (a session's next turn sends it back)."""
+
+    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        """Fill the row's token fields, server timings and outcome from the stamped reads."""
+
+
+def user(prompt: str) -> Messages:
+    return [{"role": "user", "content": prompt}]
+
+
+def joined(messages: Messages) -> str:
+    # A conversation as one prompt text, for endpoints that take no messages.
+    return "\n".join(m["content"] for m in messages)
+
+
+def messages_payload(api: str, model: str, messages: Messages) -> dict:
+    # The request's text, as OpenAI and Ollama both shape it: messages for chat, else one `prompt`.
+    if api == "chat":
+        return {"model": model, "messages": messages}
+    return {"model": model, "prompt": joined(messages)}

@@ -1,0 +1,67 @@
+"""llama.cpp server's native `/completion` with `stream: true` (SSE, through backends/sse.py).
+
+Stream contract (tools/server/README.md of llama.cpp):
+- each event is a JSON object; a token-bearing chunk has non-empty `content`; `{"error": ...}` is a
+  stream error; the last object has `stop: true` and `timings` {prompt_n, prompt_ms, predicted_n,
+  predicted_ms}; `tokens_predicted` (or timings.predicted_n) is the output token count.
+Server timings written to the row (ms): server_prefill_ms = timings.prompt_ms,
+server_decode_ms = timings.predicted_ms; llama.cpp reports no queue time (server_queue_ms stays null,
+analysis/decompose.py derives it). Tokens per chunk follow the rule of backends/stream.py.
+"""
+from __future__ import annotations
+
+import orjson
+
+from loadgen.client.backends.base import Messages, joined
+from loadgen.client.backends.stream import Stream, as_float, as_int, sse_events
+from loadgen.client.recorder import Row
+
+
+class LlamaCppBackend:
+    path = "/completion"
+
+    def __init__(self, api: str, model: str, extra_body: dict):
+        # One native endpoint: `api` (completions|chat) is accepted and the prompt is sent as is.
+        self.api, self.model, self.extra_body = api, model, extra_body
+
+    def body(self, prompt: str, max_tokens: int) -> bytes:
+        payload = {"prompt": prompt, "n_predict": max_tokens, "stream": True, **self.extra_body}
+        return orjson.dumps(payload)
+
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        return self.body(joined(messages), max_tokens)  # /completion takes one prompt text
+
+    def reply_text(self, reads: list[bytes]) -> str:
+        return "".join(self._parse([0] * len(reads), reads)[0].texts)
+
+    def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
+        stream = Stream()
+        final: dict = {}
+        for t, data in sse_events(read_t_ns, reads, stream):
+            final = self._event(data, t, stream) or final
+        return stream, final
+
+    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        stream, final = self._parse(read_t_ns, reads)
+        timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
+        count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
+        prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))
+        stream.fill(row, count, prompt_n, bool(final.get("stop")), "the stop: true event")
+        llamacpp_timings(row, timings)
+
+    @staticmethod
+    def _event(data: bytes, t: int, stream: Stream) -> dict | None:
+        """The final (stop: true) object, else None."""
+        if data == b"[DONE]":
+            return None
+        obj = stream.decode(data)
+        if obj is None:
+            return None
+        stream.token(t, obj.get("content"))
+        return obj if obj.get("stop") else None
+
+
+def llamacpp_timings(row: Row, timings: dict) -> None:
+    # prompt_ms: the prompt's processing (prefill, cached tokens excluded); predicted_ms: the decode.
+    row.server_prefill_ms = as_float(timings.get("prompt_ms"))
+    row.server_decode_ms = as_float(timings.get("predicted_ms"))

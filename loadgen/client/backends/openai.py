@@ -1,0 +1,179 @@
+"""OpenAI-compatible `/v1/completions` and `/v1/chat/completions` with `stream: true` (vLLM, SGLang,
+llama.cpp's server, TGI's Messages API, Ollama's /v1).
+
+A chunk is an SSE event whose choice carries non-empty text (`text`, or `delta.content`, or
+`delta.reasoning_content`); chat's role-only first chunk is not a token. Tokens per chunk follow the
+rule in backends/stream.py, with N = usage.completion_tokens. A stream is ok when it ends with
+`data: [DONE]` or a choice with a `finish_reason`; an `{"error": ...}` event inside a 200 stream or a
+chunk that is not JSON makes it a stream_error (tokens seen are kept).
+Server timings fill server_*_ms from whatever the stream carries: vLLM's per-request `metrics` object
+(with --enable-per-request-metrics) or llama.cpp's `timings` object on its last chunk (prompt_ms,
+predicted_ms; llama-server sends it on every OpenAI-compatible stream).
+
+Fast path (same result, no per-chunk JSON parsing): when the stream is LF-framed one-line `data: {...}`
+events, ends with a usage chunk and `[DONE]`, and usage.completion_tokens equals the number of content
+events (one token each), only the usage chunk and the first and last content events are parsed; every
+other event is checked by its framing (`data: {` ... `}`, no `"error"`). Anything else, or any doubt,
+takes the full parse above. Chunk times are the stamp of the read that completed each event.
+"""
+from __future__ import annotations
+
+from itertools import chain, islice, repeat
+
+import orjson
+
+from loadgen.client.backends.base import Messages, messages_payload, user
+from loadgen.client.backends.llamacpp import llamacpp_timings
+from loadgen.client.backends.stream import Stream, as_float, sse_events
+from loadgen.client.recorder import OK, Row
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+class OpenAIBackend:
+    def __init__(self, api: str, model: str, extra_body: dict):
+        self.api, self.model, self.extra_body = api, model, extra_body
+        self.path = PATHS[api]
+
+    def body(self, prompt: str, max_tokens: int) -> bytes:
+        return self.body_messages(user(prompt), max_tokens)
+
+    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+        payload = messages_payload(self.api, self.model, messages)
+        payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
+        payload.update(self.extra_body)
+        return orjson.dumps(payload)
+
+    def reply_text(self, reads: list[bytes]) -> str:
+        stream, state = Stream(), {"usage": None, "metrics": None, "ended": False}
+        for _, data in sse_events([0] * len(reads), reads, stream):
+            self._event(data, 0, stream, state)
+        return "".join(stream.texts)
+
+    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        if not self._interpret_fast(row, read_t_ns, reads):
+            self._interpret_full(row, read_t_ns, reads)
+
+    def _interpret_fast(self, row: Row, read_t_ns, reads: list[bytes]) -> bool:
+        # Whole-body checks (each one C pass over the bytes) instead of a check per event: any doubt
+        # returns False and the full parse decides.
+        if not reads:
+            return False
+        body = b"".join(reads)
+        if b"\r" in body or b'"error"' in body:
+            return False  # CR framing, or an error event: the full parse
+        breaks = list(map(bytes.count, reads, repeat(b"\n", len(reads))))  # line breaks in each read
+        n_breaks = sum(breaks)
+        ends = list(map((1).__rrshift__, breaks))  # b >> 1: the events each read completes (see below)
+        n_events = sum(ends)
+        # The framing: `data: {...}` events, each boundary `}\n\ndata: {`, then `data: [DONE]\n\n`. Those
+        # n_events - 2 boundaries and the ending hold 2 * n_events line breaks: when the body has that many,
+        # every line break is in one of them (no event holds one, blank lines are exactly two breaks).
+        # Every read's count even (2 * n_events == n_breaks): no blank line is split across two reads (the
+        # first read holding half of a split one would hold an odd number), so each read completes
+        # breaks // 2 events.
+        if not (n_events >= 3 and 2 * n_events == n_breaks and body.startswith(b"data: {")
+                and body.endswith(b"}\n\ndata: [DONE]\n\n") and body.count(b"}\n\ndata: {") == n_events - 2):
+            return False
+        sep = body.find(b"\n\n")
+        last_ev, usage_ev = body[:-len(b"\n\ndata: [DONE]\n\n")].rsplit(b"\n\n", 2)[-2:]
+        try:
+            tail = orjson.loads(usage_ev[6:])
+            obj = orjson.loads(body[6:sep])
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(tail, dict) or not isinstance(obj, dict):
+            return False
+        skip, content = 0, n_events - 2
+        probe = Stream()
+        ended = self._choices(obj, 0, probe)
+        if not probe.chunk_t:  # chat's role-only first chunk: not a token
+            skip, content = 1, content - 1
+            if not content:
+                return False
+            try:
+                obj = orjson.loads(body[sep + 8:body.find(b"\n\n", sep + 2)])
+            except orjson.JSONDecodeError:
+                return False
+            probe = Stream()
+            ended = self._choices(obj, 0, probe) or ended
+        usage = tail.get("usage")
+        if not isinstance(usage, dict) or tail.get("choices") or usage.get("completion_tokens") != content:
+            return False
+        if len(probe.chunk_t) != 1:  # the first content event: one token
+            return False
+        try:
+            obj = orjson.loads(last_ev[6:])
+        except orjson.JSONDecodeError:
+            return False
+        probe = Stream()
+        ended = self._choices(obj, 0, probe) or ended
+        if len(probe.chunk_t) != 1 or not ended:  # the last content event: one token
+            return False
+        # each event stamped with the read that completed it; usually one event per read up to the last
+        t, m = row.chunk_t_ns, skip + content
+        if ends[:m].count(1) == m:
+            t.extend(read_t_ns[skip:m])
+        else:
+            t.extend(islice(chain.from_iterable(map(repeat, read_t_ns, ends)), skip, m))
+        row.prompt_tokens = usage.get("prompt_tokens")
+        row.chunk_tokens.extend(repeat(1, content))
+        row.n_chunks = row.output_tokens = content
+        row.first_token_ns, row.last_token_ns = t[0], t[-1]
+        _server_timings(row, tail.get("metrics"), tail.get("timings"))
+        if row.outcome is None:
+            row.outcome = OK
+        return True
+
+    def _interpret_full(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+        stream = Stream()
+        state = {"usage": None, "metrics": None, "timings": None, "ended": False}
+        for t, data in sse_events(read_t_ns, reads, stream):
+            self._event(data, t, stream, state)
+        usage = state["usage"] or {}
+        stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
+                    "[DONE] or a finish_reason")
+        _server_timings(row, state["metrics"], state["timings"])
+
+    def _event(self, data: bytes, t: int, stream: Stream, state: dict) -> None:
+        if data == b"[DONE]":
+            state["ended"] = True
+            return
+        obj = stream.decode(data)
+        if obj is None:
+            return
+        if isinstance(obj.get("usage"), dict):
+            state["usage"] = obj["usage"]
+        if obj.get("metrics") is not None:
+            state["metrics"] = obj["metrics"]
+        if obj.get("timings") is not None:
+            state["timings"] = obj["timings"]
+        if self._choices(obj, t, stream):
+            state["ended"] = True
+
+    @staticmethod
+    def _choices(obj: dict, t: int, stream: Stream) -> bool:
+        """Adds the object's text chunks to stream; True when a choice says it finished."""
+        finished = False
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if not isinstance(choice, dict):
+                continue
+            text = choice.get("text")
+            if text is None:
+                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            stream.token(t, text)
+            finished = finished or bool(choice.get("finish_reason"))
+        return finished
+
+
+def _server_timings(row: Row, metrics, timings=None) -> None:
+    # llama.cpp's timings (the same object as on its native /completion: see backends/llamacpp.py).
+    if isinstance(timings, dict):
+        llamacpp_timings(row, timings)
+    # vLLM's per-request metrics (--enable-per-request-metrics), in the final usage chunk.
+    if isinstance(metrics, dict):
+        row.server_queue_ms = as_float(metrics.get("queue_time_ms"))
+        row.server_prefill_ms = as_float(metrics.get("time_to_first_token_ms"))
+        row.server_decode_ms = as_float(metrics.get("generation_time_ms"))

@@ -1,0 +1,117 @@
+"""What every backend does with a finished response body, whatever its framing (SSE or NDJSON).
+
+Stream holds the token-bearing chunks found so far (their read stamps and text lengths) and the first
+malformed event and error event seen. Backends decode each event with `decode()`, add text with
+`token()`, then `fill()` the row: token fields by the counting rule below, then the outcome.
+
+Token counting rule (every backend): a chunk is an event that carries non-empty output text. When the
+server reports the output token count N and there are C chunks: N == C gives one token per chunk;
+otherwise each chunk gets one token and the remaining N - C are spread over the chunks in proportion to
+their text length (largest remainder, so the sum is exactly N); when N < C the N tokens are spread by
+length alone and some chunks carry 0. Without a count, each chunk is one token and output_tokens = C.
+Outcome: an error event inside a 200 stream, else a malformed event, else a missing end-of-stream
+marker makes it a stream_error (the tokens seen are kept); otherwise ok.
+"""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+
+from loadgen.client.backends.sse import MAX_LINE_BYTES, SSEParser
+from loadgen.client.recorder import OK, STREAM_ERROR, ErrorKind, Row
+
+
+class Stream:
+    __slots__ = ("chunk_t", "lengths", "texts", "error", "malformed")
+
+    def __init__(self) -> None:
+        self.chunk_t: list[int] = []
+        self.lengths: list[int] = []
+        self.texts: list[str] = []
+        self.error: str | None = None
+        self.malformed: str | None = None
+
+    def decode(self, data: bytes) -> dict | None:
+        """The event's JSON object; None for an error event or a malformed one (both recorded)."""
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self.malformed = self.malformed or f"event is not JSON: {data[:120]!r}"
+            return None
+        if not isinstance(obj, dict):
+            self.malformed = self.malformed or f"event is not a JSON object: {data[:120]!r}"
+            return None
+        if "error" in obj:
+            err = obj["error"]
+            self.error = (err.get("message") if isinstance(err, dict) else None) or str(err)
+            return None
+        return obj
+
+    def lines_dropped(self, n: int) -> None:
+        # Lines over sse.MAX_LINE_BYTES (SSE or NDJSON): the stream is malformed, named by its cause.
+        if n:
+            self.malformed = self.malformed or f"{n} line(s) longer than {MAX_LINE_BYTES} bytes (dropped)"
+
+    def token(self, t_ns: int, text: str | None) -> None:
+        if isinstance(text, str) and text:  # anything else a server sends as text carries no token
+            self.chunk_t.append(t_ns)
+            self.lengths.append(len(text))
+            self.texts.append(text)
+
+    def fill(self, row: Row, output_tokens: int | None, prompt_tokens: int | None, ended: bool,
+             end_marker: str) -> None:
+        row.prompt_tokens = prompt_tokens
+        row.chunk_t_ns.extend(self.chunk_t)
+        row.chunk_tokens.extend(spread_tokens(self.lengths, output_tokens))
+        row.n_chunks = len(self.chunk_t)
+        row.output_tokens = output_tokens if output_tokens is not None else len(self.chunk_t)
+        if self.chunk_t:
+            row.first_token_ns, row.last_token_ns = self.chunk_t[0], self.chunk_t[-1]
+        if self.error is not None:
+            row.fail(STREAM_ERROR, ErrorKind.ERROR_EVENT, self.error)
+        elif self.malformed is not None:
+            row.fail(STREAM_ERROR, ErrorKind.MALFORMED_CHUNK, self.malformed)
+        elif not ended:
+            row.fail(STREAM_ERROR, ErrorKind.INCOMPLETE_STREAM, f"stream closed before {end_marker}")
+        elif row.outcome is None:
+            row.outcome = OK
+
+
+def sse_events(read_t_ns, reads: list[bytes], stream: Stream):
+    """(stamp, data) of every SSE event in the reads: an event is stamped with the read that completed
+    it; what the stream's end completes, with the last read's stamp. Lines the parser dropped as too
+    long make the stream malformed."""
+    parser = SSEParser()
+    for t, data in zip(read_t_ns, reads):
+        for ev in parser.feed(data):
+            yield t, ev.data
+    if len(read_t_ns):
+        for ev in parser.close():
+            yield read_t_ns[-1], ev.data
+    stream.lines_dropped(parser.too_long)
+
+
+def spread_tokens(lengths: list[int], total: int | None) -> list[int]:
+    """Tokens per chunk under the rule in the module comment."""
+    c = len(lengths)
+    if total is None or total == c or c == 0:
+        return [1] * c
+    base = np.ones(c, dtype=np.int64) if total > c else np.zeros(c, dtype=np.int64)
+    rest = total - int(base.sum())
+    weights = np.asarray(lengths, dtype=np.float64)
+    if weights.sum() <= 0:
+        weights = np.ones(c)
+    share = weights / weights.sum() * rest
+    add = np.floor(share).astype(np.int64)
+    left = rest - int(add.sum())
+    if left:
+        add[np.argsort(-(share - add), kind="stable")[:left]] += 1
+    return (base + add).tolist()
+
+
+def as_int(v) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def as_float(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

@@ -1,0 +1,260 @@
+"""The open-loop dispatcher. It executes one slice of a schedule (all of it, in a single process).
+
+Contract:
+- rows arrive with `intended_ns` absolute (t0 + the plan's offset) and sorted; `bodies[i]` is row i's body;
+- the dispatch loop waits for each row's absolute deadline and starts the request as a task; it never
+  waits for a response, so a slow server cannot slow the schedule;
+- overdue rows (the loop was busy past their deadline) are started at once, in plan order, never
+  skipped or re-spaced: each one's lag is recorded, and selfcheck.py marks the run invalid when the
+  lag or the resulting burst (dispatch-gap CV) departs from the plan;
+- with max_concurrency > 0, a request whose time has come but finds no free slot waits in a FIFO; it
+  starts when a slot frees (`slot_wait_ns` records how long) and is `dropped` if the run ends first.
+  Without a cap there is no queue anywhere in the client (the transport has no connection limit);
+- a request whose exchange (connect, send, the whole response) is not over `request_timeout_ns` after
+  its dispatch is cancelled and recorded as `timeout` (error_kind request_timeout), with what it had
+  received. One watchdog timer serves every request: deadlines come in dispatch order (dispatch time +
+  one timeout), so it is armed for the oldest one only, instead of a loop timer started and stopped
+  per request (asyncio.timeout: ~5 µs a request);
+- after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
+  `timeout` (error_kind drain_timeout);
+- `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
+  started become `cancelled`. Every row gets exactly one outcome;
+- session turns: a row with `after` = the idx of an earlier row is skipped by the dispatch
+  loop; when that row finishes ok, this row's intended_ns becomes its done_ns + think_ns, its body is
+  rebuilt by `next_body(i, prev_row, prev_reads) -> (body, planned_prompt_tokens)` (the history), and it
+  is dispatched at that time like any other (same concurrency cap). If the earlier row failed, the rest
+  of the conversation is `dropped` (error_kind session_broken). The dispatch phase (and so the drain
+  timer) ends when every turn has been dispatched or dropped;
+- `rows` is the recorder's list: a finished row's slot may become None once it is flushed
+  (Recorder.release), so the runner reads a row from it only while that row is not finished.
+"""
+from __future__ import annotations
+
+import asyncio
+from array import array
+from collections import deque
+from collections.abc import Sequence
+
+from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
+                              ErrorKind, Recorder, Row, http_error_kind)
+from loadgen.client.offload import OFFLOAD_READS, in_worker
+from loadgen.client.transport import TransportError
+
+
+class Runner:
+    def __init__(self, rows: Sequence[Row], bodies: Sequence[bytes], backend, transport, clock,
+                 recorder: Recorder, *, max_concurrency: int = 0,
+                 request_timeout_ns: int = 120_000_000_000, drain_timeout_ns: int = 30_000_000_000,
+                 headers: dict[str, str] | None = None, next_body=None):
+        self.rows, self.bodies = rows, bodies
+        self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
+        self.max_concurrency = max_concurrency
+        self.request_timeout_ns = request_timeout_ns
+        self.request_timeout_s = request_timeout_ns / 1e9
+        self._timed: dict[asyncio.Task, int] = {}  # task -> deadline ns, in dispatch (= deadline) order
+        self._expired: set[asyncio.Task] = set()   # cancelled by the watchdog, not yet finished
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.drain_timeout_s = drain_timeout_ns / 1e9
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.in_flight: dict[asyncio.Task, Row] = {}
+        self.waiting: deque[tuple[int, int]] = deque()  # (row index, ns its time came)
+        self.dispatched = 0
+        self._dispatch_done = False
+        self._idle = asyncio.Event()
+        self._cut_off_as = (INTERRUPTED, ErrorKind.INTERRUPTED)
+        self._sessions_init(next_body)
+
+    async def run(self, stop: asyncio.Event) -> str:
+        """Returns "complete" or "interrupted"."""
+        dispatcher = asyncio.create_task(self._dispatch())
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({dispatcher, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                dispatcher.result()  # re-raise a bug in the dispatcher rather than hide it
+                idle = asyncio.create_task(self._idle.wait())
+                await asyncio.wait({idle, stopped}, timeout=self.drain_timeout_s,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                idle.cancel()
+            dispatcher.cancel()
+            await asyncio.gather(dispatcher, return_exceptions=True)
+            if stop.is_set():
+                await self._cut_off(INTERRUPTED, ErrorKind.INTERRUPTED, CANCELLED)
+                return "interrupted"
+            await self._cut_off(TIMEOUT, ErrorKind.DRAIN_TIMEOUT, DROPPED)
+            return "complete"
+        finally:
+            dispatcher.cancel()
+            stopped.cancel()
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+
+    async def _dispatch(self) -> None:
+        clock, cap = self.clock, self.max_concurrency
+        for i, row in enumerate(self.rows):
+            if row is None or row.after is not None:
+                # a later session turn: timed by its previous turn (see _release_next); None: such a turn
+                # already done and flushed (Recorder.release)
+                continue
+            await clock.sleep_until(row.intended_ns)
+            if cap and len(self.in_flight) >= cap:
+                self.waiting.append((i, clock.now_ns()))
+            else:
+                self._start(i, 0)
+        await self._turns_dispatched.wait()
+        self._dispatch_done = True
+        self._check_idle()
+
+    def _start(self, i: int, slot_wait_ns: int) -> None:
+        row = self.rows[i]
+        row.dispatched_ns = self.clock.now_ns()
+        row.slot_wait_ns = slot_wait_ns
+        self.dispatched += 1
+        task = asyncio.create_task(self._execute(row, self.bodies[i]))
+        self.in_flight[task] = row
+        task.add_done_callback(self._on_done)
+        self._timed[task] = row.dispatched_ns + self.request_timeout_ns
+        if self._watchdog is None:
+            self._arm(row.dispatched_ns + self.request_timeout_ns)
+
+    def _arm(self, deadline_ns: int) -> None:
+        self._watchdog = asyncio.get_running_loop().call_later(
+            max(0, deadline_ns - self.clock.now_ns()) / 1e9, self._watch)
+
+    def _watch(self) -> None:
+        # Cancels every request past its deadline (the oldest first), then waits for the next deadline.
+        self._watchdog = None
+        now, expired = self.clock.now_ns(), []
+        for task, deadline_ns in self._timed.items():
+            if deadline_ns > now:
+                self._arm(deadline_ns)
+                break
+            expired.append(task)
+        for task in expired:
+            del self._timed[task]
+            self._expired.add(task)
+            task.cancel()
+
+    def _on_done(self, task: asyncio.Task) -> None:
+        del self.in_flight[task]
+        if self.waiting and not self._idle.is_set():
+            i, came_ns = self.waiting.popleft()
+            self._start(i, self.clock.now_ns() - came_ns)
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if self._dispatch_done and not self.in_flight and not self.waiting:
+            self._idle.set()
+
+    async def _cut_off(self, in_flight_outcome: str, kind: str, unstarted_outcome: str) -> None:
+        self._cut_off_as = (in_flight_outcome, kind)
+        self._idle.set()  # no more starts from the waiting queue
+        for timer in list(self._turn_timers):
+            timer.cancel()
+        tasks = list(self.in_flight)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        detail = ("held back by max_concurrency until the run ended" if unstarted_outcome == DROPPED
+                  else "the run was stopped before this request started")
+        for row in self.rows:
+            if row is not None and row.outcome is None and row.dispatched_ns is None:  # None: flushed
+                row.fail(unstarted_outcome, unstarted_outcome, detail)
+                self.recorder.finish(row)
+        self.waiting.clear()
+
+    async def _execute(self, row: Row, body: bytes) -> None:
+        now = self.clock.now_ns
+        task = asyncio.current_task()
+        read_t: array = array("q")
+        reads: list[bytes] = []
+        streamed = interpreted = False
+        resp = end_ns = None
+        try:
+            headers = {**self.headers, "X-Request-Id": row.request_id}
+            async with self.transport.post(self.backend.path, headers, body, row) as resp:
+                row.http_status = resp.status
+                if resp.status != 200:
+                    detail = (await resp.read()).decode("utf-8", "replace")
+                    row.fail(HTTP_ERROR, http_error_kind(resp.status), detail)
+                else:
+                    streamed = True
+                    read_t, reads = await resp.stamped()  # stamped by the transport as reads land
+            end_ns = now()
+            self._timed.pop(task, None)  # the exchange is over: the watchdog leaves it alone from here
+            if streamed and len(reads) > OFFLOAD_READS:
+                # A long stream is interpreted in a worker thread (loadgen/client/offload.py says why).
+                interpreted = True
+                await in_worker(self.backend.interpret, row, read_t, reads)
+        except TimeoutError:  # a transport's own (aiohttp's)
+            row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT, f"no complete response within {self.request_timeout_s:g}s")
+        except TransportError as e:
+            row.fail(CONNECTION_ERROR, e.kind, e.detail)
+        except asyncio.CancelledError:
+            if task in self._expired:  # the watchdog's
+                row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT,
+                         f"no complete response within {self.request_timeout_s:g}s")
+            else:
+                row.fail(*self._cut_off_as)
+        except Exception as e:  # an unexpected client-side failure still yields the row
+            row.fail(CONNECTION_ERROR, ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}")
+        finally:
+            self._timed.pop(task, None)
+            self._expired.discard(task)
+            row.done_ns = end_ns or now()
+            if streamed and not reads:
+                read_t, reads = resp.received()  # cut off mid-stream: keep what had already arrived
+            if streamed and not interpreted:
+                self.backend.interpret(row, read_t, reads)
+            self.recorder.finish(row)
+            if self._next_turn:
+                self._release_next(row, reads)
+
+    # --- session turns ---------------------------------------------------------------------------
+    def _sessions_init(self, next_body) -> None:
+        self.next_body = next_body
+        pos = {r.idx: i for i, r in enumerate(self.rows)}
+        self._next_turn = {r.after: i for i, r in enumerate(self.rows) if r.after is not None}
+        self._next_turn = {pos[a]: i for a, i in self._next_turn.items()}  # row position -> next position
+        self._pos = pos
+        self._turns_left = len(self._next_turn)
+        self._turns_dispatched = asyncio.Event()
+        self._turn_timers: set[asyncio.Task] = set()
+        if not self._turns_left:
+            self._turns_dispatched.set()
+
+    def _turn_settled(self) -> None:
+        self._turns_left -= 1
+        if self._turns_left == 0:
+            self._turns_dispatched.set()
+
+    def _release_next(self, row: Row, reads: list[bytes]) -> None:
+        j = self._next_turn.get(self._pos[row.idx])
+        if j is None or self._idle.is_set():
+            return  # no next turn, or the run is being cut off (rows left unstarted get their outcome there)
+        nxt = self.rows[j]
+        if row.outcome != OK:
+            while True:  # the conversation ends here: every later turn is dropped
+                nxt.fail(DROPPED, ErrorKind.SESSION_BROKEN, f"turn {row.turn} of this conversation ended {row.outcome}")
+                self.recorder.finish(nxt)
+                self._turn_settled()
+                k = self._next_turn.get(j)
+                if k is None:
+                    return
+                j, nxt = k, self.rows[k]
+        nxt.intended_ns = row.done_ns + nxt.think_ns
+        if self.next_body is not None:
+            body, nxt.planned_prompt_tokens = self.next_body(j, row, reads)
+            self.bodies[j] = body
+        timer = asyncio.create_task(self._dispatch_turn(j))
+        self._turn_timers.add(timer)
+        timer.add_done_callback(self._turn_timers.discard)
+
+    async def _dispatch_turn(self, j: int) -> None:
+        await self.clock.sleep_until(self.rows[j].intended_ns)
+        if self.max_concurrency and len(self.in_flight) >= self.max_concurrency:
+            self.waiting.append((j, self.clock.now_ns()))
+        else:
+            self._start(j, 0)
+        self._turn_settled()

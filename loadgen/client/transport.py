@@ -1,0 +1,151 @@
+"""HTTP transports: the contract the runner talks to (Transport, Response) and the aiohttp one (for https;
+rawhttp.RawHttpTransport is the default for http://; tests script their own).
+
+Transport.post(path, headers, body, row) is an async context manager yielding a Response. While it runs,
+the transport stamps, on the clock it was given (now_ns), `row.connected_ns` (a connection was ready,
+new or reused), `row.sent_ns` (request fully written) and `row.response_ns` (the response head arrived).
+Failures raise TransportError(kind, detail).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+import aiohttp
+
+from loadgen.errors import TransportError  # noqa: F401  (raised here; importable from here too)
+from loadgen.client.recorder import ErrorKind, Row
+
+
+class Response(Protocol):
+    status: int
+
+    async def read(self) -> bytes:
+        """The whole body (error responses)."""
+
+    async def stamped(self) -> tuple[array, list[bytes]]:
+        """The whole body as it arrived: each read, and the clock reading taken when it landed (the
+        transport's hot path: one clock read and two appends per read; parsing comes later). Raises
+        TransportError when the body is cut short; received() still holds what arrived."""
+
+    def received(self) -> tuple[array, list[bytes]]:
+        """What arrived so far, stamped, without waiting: a request cut off by its timeout or by
+        SIGINT/SIGTERM keeps its tokens and first-token time."""
+
+
+class Transport(Protocol):
+    def post(self, path: str, headers: dict[str, str], body: bytes,
+             row: Row) -> AbstractAsyncContextManager[Response]: ...
+
+    async def warm(self, timeout_s: float = 2.0) -> None:
+        """Before t0: open a connection and run first-request code paths; failures are ignored."""
+
+    async def __aenter__(self): ...
+
+    async def __aexit__(self, *exc) -> None: ...
+
+
+class _Response:
+    __slots__ = ("_resp", "status", "_now", "_t", "_data")
+
+    def __init__(self, resp: aiohttp.ClientResponse, now_ns):
+        self.status, self._resp, self._now = resp.status, resp, now_ns
+        self._t: array = array("q")
+        self._data: list[bytes] = []
+
+    async def read(self) -> bytes:
+        return await self._resp.read()
+
+    async def stamped(self) -> tuple[array, list[bytes]]:
+        # aiohttp stamps a read when this task resumes (after the loop dispatched every other ready
+        # socket), not in the protocol callback as rawhttp does: see rawhttp.py.
+        now, t, data = self._now, self._t, self._data
+        async for chunk in self._resp.content.iter_any():
+            t.append(now())
+            data.append(chunk)
+        return t, data
+
+    def received(self) -> tuple[array, list[bytes]]:
+        return array("q", self._t), list(self._data)
+
+
+class AiohttpTransport:
+    """One session for the whole run. The connector has NO connection limit (aiohttp's default of 100
+    would queue requests silently inside the client) and keeps connections alive."""
+
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, tls=True, *,
+                 now_ns=time.monotonic_ns):
+        self.now_ns = now_ns
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self._headers = headers or {}
+        self._tls = tls  # aiohttp's ssl=: True verifies, False does not, or an SSLContext (--ca-bundle)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> AiohttpTransport:
+        if self._session is not None:  # already open (execute.py opens it early to warm it)
+            return self
+        now = self.now_ns
+
+        # aiohttp trace hooks; trace_request_ctx is the Row of the request.
+        async def connected(_session, ctx, _params) -> None:
+            if ctx.trace_request_ctx is not None:
+                ctx.trace_request_ctx.connected_ns = now()
+
+        async def sent(_session, ctx, _params) -> None:
+            # Fired for the headers and then for each body chunk: the last one is "fully written".
+            if ctx.trace_request_ctx is not None:
+                ctx.trace_request_ctx.sent_ns = now()
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(connected)
+        trace.on_connection_reuseconn.append(connected)
+        trace.on_request_headers_sent.append(sent)
+        trace.on_request_chunk_sent.append(sent)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=self._tls),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None),
+            trace_configs=[trace],
+            headers=self._headers,
+            auto_decompress=False,
+        )
+        return self
+
+    async def warm(self, timeout_s: float = 2.0) -> None:
+        """One GET /v1/models before the run: resolves the host, runs aiohttp's first-request code paths
+        (lazy imports, DNS cache) and leaves one kept-alive connection. Failures are ignored: the run's
+        own rows will say what is wrong with the server."""
+        assert self._session is not None
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self._session.get(self.base_url + "/v1/models") as resp:
+                    await resp.read()
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            pass
+
+    async def __aexit__(self, *exc) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @asynccontextmanager
+    async def post(self, path: str, headers: dict[str, str], body: bytes, row: Row):
+        assert self._session is not None
+        try:
+            async with self._session.post(self.base_url + path, data=body, headers=headers,
+                                          trace_request_ctx=row) as resp:
+                if row is not None:
+                    row.response_ns = self.now_ns()
+                yield _Response(resp, self.now_ns)
+        except aiohttp.ClientConnectorError as e:
+            raise TransportError(ErrorKind.CONNECT_FAILED, str(e)) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                aiohttp.ClientOSError, ConnectionResetError) as e:
+            raise TransportError(ErrorKind.RESET, f"{type(e).__name__}: {e}") from None
+        except aiohttp.ClientResponseError as e:
+            raise TransportError(ErrorKind.BAD_RESPONSE, str(e)) from None
+        except aiohttp.ClientError as e:
+            raise TransportError(ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}") from None
+        except asyncio.IncompleteReadError as e:
+            raise TransportError(ErrorKind.RESET, str(e)) from None

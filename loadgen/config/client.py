@@ -1,0 +1,77 @@
+"""How loadgen talks to the target, beside the workload: extra headers, TLS verification, --overwrite.
+
+Headers sent with every request to the target (run, calibration probes, /metrics scrapes), in this
+order, a later one replacing an earlier one of the same name: `--header 'K: V'` (repeatable),
+`Authorization: Bearer <key>` from the workload's `request.api_key_env`, and `Authorization: Basic` from
+credentials in the URL. The manifest's `client` section records the header names with secret-looking
+values redacted (credentials.secret_header), and the TLS choice.
+
+TLS (https:// targets and /metrics scrapes over https): verification is on by default; `--ca-bundle
+FILE` verifies against that CA file; `--insecure` turns verification off (recorded in the manifest).
+"""
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.config.workload import ConfigError, RunConfig
+from loadgen.config.credentials import parse_header, redact_headers, split_url
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    headers: tuple[tuple[str, str], ...] = ()
+    insecure: bool = False
+    ca_bundle: str | None = None
+    overwrite: bool = False
+
+    @classmethod
+    def from_flags(cls, headers: list[str] | None, insecure: bool, ca_bundle: str | None,
+                   overwrite: bool) -> ClientOptions:
+        """Every problem at once, as ConfigError (exit 2)."""
+        problems, parsed = [], []
+        for h in headers or ():
+            try:
+                parsed.append(parse_header(h))
+            except ValueError as e:
+                problems.append(str(e))
+        if insecure and ca_bundle:
+            problems.append("--insecure and --ca-bundle: give one (no verification, or verification "
+                            "against the bundle)")
+        if ca_bundle and not Path(ca_bundle).is_file():
+            problems.append(f"--ca-bundle {ca_bundle}: no such file")
+        if problems:
+            raise ConfigError(problems)
+        return cls(tuple(parsed), insecure, ca_bundle, overwrite)
+
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """For aiohttp's `ssl=`: False turns verification off; a context verifies against the bundle."""
+        if self.insecure:
+            return False
+        if self.ca_bundle:
+            try:
+                return ssl.create_default_context(cafile=self.ca_bundle)
+            except (ssl.SSLError, OSError) as e:
+                raise ConfigError([f"--ca-bundle {self.ca_bundle}: not a CA file ({e})"]) from None
+        return True
+
+    def manifest(self, headers: dict[str, str]) -> dict:
+        return {"headers": redact_headers(headers),
+                "tls": {"verify": not self.insecure, "ca_bundle": self.ca_bundle}}
+
+
+def target_url_and_headers(config: RunConfig, opts: ClientOptions) -> tuple[str | None, dict[str, str]]:
+    """(the target URL without credentials, every header sent to the target). ConfigError when the URL's
+    credentials and the API key would both be the Authorization header."""
+    url, basic = split_url(config.url) if config.url else (None, {})
+    headers = dict(opts.headers)
+    key = config.api_key()
+    if key and basic:
+        raise ConfigError([f"--url carries credentials and ${config.api_key_env} holds an API key: both "
+                           f"would be the Authorization header; give one"])
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    headers.update(basic)
+    return url, headers
+

@@ -1,0 +1,151 @@
+"""Token-length distributions for prompts and outputs: the spec, as the workload file writes it, and its
+parser (the seeded sampler is loadgen/plan/lengths.py).
+
+Forms of `prompt.tokens` / `output.tokens` (every one clipped to [min, max] after rounding; clipping
+piles the cut tails onto the bounds rather than resampling, so say min/max where it matters):
+
+    128                                                  fixed
+    { dist = "uniform", min = 64, max = 512 }            integers, both ends inclusive
+    { dist = "normal", mean = 300, sd = 80, min = 1, max = 1024 }
+    { dist = "lognormal", median = 200, sigma = 0.8, min = 1, max = 8192 }   sigma: sd of ln(length)
+    { dist = "empirical", values = [12, 40, 40, 900] }   resampled with replacement
+    { dist = "cycle", values = [200, 2000] }             request i gets values[i % len]: alternation
+    { dist = "empirical", trace = "traces/x.csv", format = "burstgpt" }      the trace's prompt (for
+                                                         prompt.tokens) or output (output.tokens) lengths
+    { dist = "mixture", components = [ { weight = 0.7, dist = "normal", ... }, { weight = 0.3, ... } ] }
+
+Joint prompt/output: either `[[mix]]` classes in the workload (each request picks a class by weight, then
+draws its prompt and output length from that class's two distributions), or empirical prompt and output
+naming the same trace file, which then sample the same rows (a long prompt keeps its own output length).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical", "mixture", "cycle")
+DEFAULT_MAX = 1_000_000
+_KEYS = {
+    "fixed": {"value"}, "uniform": {"min", "max"}, "normal": {"mean", "sd", "min", "max"},
+    "lognormal": {"median", "sigma", "min", "max"}, "empirical": {"values", "trace", "format", "min", "max"},
+    "mixture": {"components", "min", "max"}, "cycle": {"values"},
+}
+
+
+@dataclass(frozen=True)
+class Lengths:
+    dist: str = "fixed"
+    value: int = 0                   # fixed
+    min: int = 0                     # uniform (inclusive); a clip bound for the others
+    max: int = 0                     # uniform (inclusive); a clip bound for the others (0 = none)
+    mean: float = 0.0                # normal
+    sd: float = 0.0                  # normal
+    median: float = 0.0              # lognormal: exp(mu)
+    sigma: float = 0.0               # lognormal: sd of ln(length)
+    values: tuple[int, ...] = ()     # empirical, inline
+    trace: str = ""                  # empirical, from a trace file (resolved path)
+    trace_format: str = ""           # "" = sniffed
+    weights: tuple[float, ...] = ()  # mixture, normalized to sum 1
+    components: tuple[Lengths, ...] = ()
+
+
+def parse(v: Any, key: str, bad: Callable[[str, str], None], base_dir: Path) -> Lengths:
+    """Turn the file's form into Lengths, reporting every problem through bad(key, message)."""
+    if isinstance(v, bool):
+        bad(key, f"must be an integer or a table, got {v!r}")
+        return Lengths(value=1)
+    if isinstance(v, int):
+        if v < 1:
+            bad(key, f"must be >= 1, got {v}")
+        return Lengths(value=v)
+    if not isinstance(v, dict):
+        bad(key, f"must be an integer or a table like {{ dist = \"uniform\", min = 64, max = 512 }}, got {v!r}")
+        return Lengths(value=1)
+    dist = v.get("dist", "fixed")
+    if dist not in DISTS:
+        bad(f"{key}.dist", f"must be one of {', '.join(DISTS)}, got {dist!r}")
+        return Lengths(value=1)
+    allowed = _KEYS[dist] | {"dist", "weight"}
+    for k in sorted(set(v) - allowed):
+        bad(f"{key}.{k}", f"unknown key for dist {dist!r} (expected {', '.join(sorted(allowed - {'weight'}))})")
+
+    def num(name: str, *, integer: bool = False, minimum: float = 0.0, strict: bool = False,
+            default: Any = None) -> Any:
+        x = v.get(name, default)
+        if x is None:
+            bad(f"{key}.{name}", "missing")
+            return 1
+        ok = isinstance(x, int) if integer else isinstance(x, (int, float))
+        if isinstance(x, bool) or not ok or (x <= minimum if strict else x < minimum):
+            what = "an integer" if integer else "a number"
+            bad(f"{key}.{name}", f"must be {what} {'>' if strict else '>='} {minimum:g}, got {x!r}")
+            return 1
+        return x
+
+    lo = num("min", integer=True, minimum=1, default=1)
+    hi = num("max", integer=True, minimum=1, default=DEFAULT_MAX)
+    if lo > hi:
+        bad(key, f"min ({lo}) must be <= max ({hi})")
+    if dist == "fixed":
+        return Lengths(value=num("value", integer=True, minimum=1))
+    if dist == "uniform":
+        if "min" not in v or "max" not in v:
+            bad(key, "uniform needs min and max")
+        return Lengths("uniform", min=lo, max=hi)
+    if dist == "normal":
+        return Lengths("normal", min=lo, max=hi, mean=float(num("mean", minimum=0, strict=True)),
+                       sd=float(num("sd", minimum=0)))
+    if dist == "lognormal":
+        return Lengths("lognormal", min=lo, max=hi, median=float(num("median", minimum=0, strict=True)),
+                       sigma=float(num("sigma", minimum=0)))
+    if dist == "cycle":
+        values = v.get("values")
+        if (not isinstance(values, list) or not values
+                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
+            bad(f"{key}.values", "must be a non-empty list of integers >= 1")
+            return Lengths(value=1)
+        return Lengths("cycle", values=tuple(values))
+    if dist == "empirical":
+        values, trace = v.get("values"), v.get("trace")
+        if (values is None) == (trace is None):
+            bad(key, "empirical needs exactly one of values (a list) or trace (a file)")
+            return Lengths(value=1)
+        if trace is not None:
+            if not isinstance(trace, str) or not trace:
+                bad(f"{key}.trace", f"must be a file name, got {trace!r}")
+                return Lengths(value=1)
+            path = (base_dir / trace) if not Path(trace).is_absolute() else Path(trace)
+            if not path.is_file():
+                bad(f"{key}.trace", f"no such file {str(path)!r}")
+            fmt = v.get("format", "")
+            if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):
+                bad(f"{key}.format", f"must be one of azure, mooncake, burstgpt, jsonl, got {fmt!r}")
+                fmt = ""
+            return Lengths("empirical", min=lo, max=hi, trace=str(path), trace_format=fmt)
+        if (not isinstance(values, list) or not values
+                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
+            bad(f"{key}.values", "must be a non-empty list of integers >= 1")
+            return Lengths(value=1)
+        return Lengths("empirical", min=lo, max=hi, values=tuple(values))
+    comps = v.get("components")
+    if not isinstance(comps, list) or not comps:
+        bad(f"{key}.components", "must be a non-empty list of tables, each with a weight and a dist")
+        return Lengths(value=1)
+    parsed, weights = [], []
+    for i, c in enumerate(comps):
+        ck = f"{key}.components[{i}]"
+        w = c.get("weight") if isinstance(c, dict) else None
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
+            bad(f"{ck}.weight", f"must be a number > 0, got {w!r}")
+            w = 1.0
+        if isinstance(c, dict) and c.get("dist") == "mixture":
+            bad(f"{ck}.dist", "a mixture cannot nest another mixture")
+        parsed.append(parse({k: x for k, x in c.items() if k != "weight"} if isinstance(c, dict) else c,
+                            ck, bad, base_dir))
+        weights.append(float(w))
+    total = sum(weights)
+    return Lengths("mixture", min=lo, max=hi, weights=tuple(w / total for w in weights),
+                   components=tuple(parsed))

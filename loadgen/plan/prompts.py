@@ -1,0 +1,219 @@
+"""Prompt text of an exact token count, and the tokenizers that count it.
+
+Tokenizers (chosen by `prompt.tokenizer`, recorded in the manifest):
+    server       the target's own tokenize endpoint, its request shape found by probing (vLLM/SGLang,
+                 llama.cpp, TGI: server_tokenizer.py); a whole prompt is counted as the server counts
+                 it (special tokens; chat template where the server can apply it)
+    local        a tokenizer.json on disk through the `tokenizers` package (never downloaded)
+    approximate  no tokenizer: a token is a run of non-whitespace (exact for the simulator, a guess for
+                 a real model; each row's server-reported `prompt_tokens` shows the real count)
+    auto         (default) server when the target's /tokenize answers, else approximate with a warning
+
+Whole prompts vs parts: `text(n, rng, whole=True)` makes the request's entire prompt, counted by
+`count_prompt` (what the server's usage will say); parts of a prompt (shared prefixes, blocks, session
+turns) are counted alone by `count`. `verdict()` says whether a run's lengths are exact; a run whose
+lengths are not exact says so on stderr, in the manifest and report, and exits EXIT_INEXACT (4) unless
+`prompt.tokenizer = "approximate"` was asked for.
+
+Synthetic text: words of 2-letter syllables drawn without repetition from 16^5 = 1,048,576 distinct
+words by a seeded affine walk (index_j = (a + j*b) mod P, P prime, b != 0), so no word repeats within a
+prompt and two prompts start at unrelated words: a prefix cache gets no free hit across requests that
+should not share. Under a whitespace tokenizer each word is one token and the text is N words. For any
+other tokenizer, fit() searches the number of words whose text counts <= N, then appends single-token
+fillers until the count is exactly N, and the final count is checked by a round trip.
+
+Round-trip checks (an exact tokenizer counts the finished text; the manifest gets checked / exact /
+max_abs_error): every fitted prompt; for a whitespace-exact tokenizer, where the text is N words by
+construction, the first FULL_CHECKS prompts and then every CHECK_EVERY-th (each check is one
+/tokenize request before the run starts).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from loadgen.errors import TokenizerError  # noqa: F401  (raised here; importable from here too)
+
+_SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pe", "di", "go", "ha", "ji", "fu", "be"]
+_SPACE = 16 ** 5
+_PRIME = 1_048_573  # largest prime below 16^5: the walk visits P distinct indices before repeating
+_WS = re.compile(r"\S+")
+# Pieces tried, in order, when a real tokenizer needs a few more tokens than whole words give.
+_FILLERS = [" " + s for s in _SYLLABLES] + [" a", " I", " 1", " 2", " 3", " x", " y", " z", ".", ","]
+FULL_CHECKS, CHECK_EVERY = 500, 20
+
+
+class Tokenizer:
+    mode = "approximate"
+    exact = False     # True when counts are the target model's own
+    detail = ""
+
+    prompt_exact = True  # whole prompts can be counted as the server counts them (see count_prompt)
+
+    def count(self, text: str) -> int:
+        return sum(1 for _ in _WS.finditer(text))
+
+    def count_prompt(self, text: str) -> int:
+        """Tokens of `text` sent as a request's whole prompt (special tokens, chat template included)."""
+        return self.count(text)
+
+    def whitespace_exact(self, count=None) -> bool:
+        """True when each whitespace-separated word is one token (the simulator): no search needed."""
+        count = count or self.count
+        return count("kalo mine rusa") == 3 and count("kalomine rusate vozupe di") == 4
+
+    def describe(self) -> dict:
+        return {"mode": self.mode, "exact": self.exact, "detail": self.detail}
+
+
+class ApproximateTokenizer(Tokenizer):
+    detail = "a token is a run of non-whitespace (no tokenizer consulted)"
+
+
+class LocalTokenizer(Tokenizer):
+    mode, exact = "local", True
+
+    def __init__(self, path: str | Path):
+        p = Path(path)
+        if not p.is_file():
+            raise TokenizerError(
+                f"prompt.tokenizer_file: no such file {str(p)!r}. loadgen never downloads tokenizers: copy the "
+                f"model's tokenizer.json next to the workload (it ships with the model weights, e.g. in the "
+                f"server's model folder) and set tokenizer_file to it, or use tokenizer = \"server\" (the "
+                f"target's /tokenize) or \"approximate\"")
+        try:
+            from tokenizers import Tokenizer as HFTokenizer
+        except ImportError:
+            raise TokenizerError("prompt.tokenizer = \"local\" needs the `tokenizers` package: "
+                                 "pip install tokenizers") from None
+        try:
+            self._tok = HFTokenizer.from_file(str(p))
+        except Exception as e:  # noqa: BLE001 - the library raises a bare Exception on a bad file
+            raise TokenizerError(f"prompt.tokenizer_file: {p} is not a tokenizer.json the `tokenizers` "
+                                 f"package can read: {e}") from None
+        self.detail = str(p)
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+
+
+def verdict(tokenizer: Tokenizer, checks: dict, requested: str) -> dict:
+    """The manifest's `workload.prompt_lengths` before the run: exact (bool), asked_approximate (bool),
+    reason (why not exact, or None). usage_check() adds the comparison with the server's usage."""
+    reason = None
+    if not tokenizer.exact:
+        reason = f"no exact tokenizer (prompt.tokenizer = {requested!r} -> {tokenizer.mode})"
+    elif not tokenizer.prompt_exact:
+        reason = f"the chat template's tokens are not counted ({tokenizer.detail})"
+    elif checks["checked"] > checks["exact"]:
+        reason = (f"{checks['checked'] - checks['exact']} of {checks['checked']} checked prompts have another "
+                  f"length than planned (max abs error {checks['max_abs_error']} tokens)")
+    return {"exact": reason is None, "asked_approximate": requested == "approximate", "reason": reason}
+
+
+def usage_check(lengths: dict, pairs: list[tuple[int, int | None]]) -> None:
+    """After the run: compare planned prompt tokens with the server's own count (usage) of each ok request;
+    adds `usage` {compared, equal, max_abs_error} to `lengths` and marks it not exact on a mismatch
+    (when the pre-run checks called it exact)."""
+    got = [(p, r) for p, r in pairs if r is not None]
+    equal = sum(1 for p, r in got if p == r)
+    lengths["usage"] = {"compared": len(got), "equal": equal,
+                        "max_abs_error": max((abs(p - r) for p, r in got), default=0)}
+    if equal < len(got) and lengths["exact"]:
+        lengths["exact"] = False
+        lengths["reason"] = (f"the server counted another prompt length than planned for {len(got) - equal} of "
+                             f"{len(got)} requests (max abs error {lengths['usage']['max_abs_error']} tokens)")
+
+
+def word_walk(rng: np.random.Generator, n: int) -> list[str]:
+    """n distinct words (n <= P) from a seeded affine walk over the word space."""
+    if n > _PRIME:
+        raise ValueError(f"at most {_PRIME} distinct words per prompt, asked for {n}")
+    a, b = int(rng.integers(0, _PRIME)), int(rng.integers(1, _PRIME))
+    idx = (a + np.arange(n, dtype=np.int64) * b) % _PRIME
+    out = []
+    for i in idx.tolist():
+        w = []
+        for _ in range(5):
+            w.append(_SYLLABLES[i & 15])
+            i >>= 4
+        out.append("".join(w))
+    return out
+
+
+@dataclass
+class PromptMaker:
+    tokenizer: Tokenizer
+    checked: int = 0
+    exact: int = 0
+    max_abs_error: int = 0
+    made: int = 0
+    _ws: dict | None = field(default=None, repr=False)  # whole -> whitespace-exact under that count
+
+    def text(self, n: int, rng: np.random.Generator, whole: bool = False) -> str:
+        """Text of exactly n tokens under self.tokenizer (round-trip checked when it is exact); whole: the
+        request's entire prompt, counted as the server counts it (count_prompt)."""
+        if n <= 0:
+            return ""
+        count = self.tokenizer.count_prompt if whole else self.tokenizer.count
+        if self._ws is None:
+            self._ws = {}
+        if whole not in self._ws:
+            self._ws[whole] = self.tokenizer.whitespace_exact(count)
+        words = word_walk(rng, n)
+        self.made += 1
+        if self._ws[whole]:
+            text = " ".join(words)
+            if self.made <= FULL_CHECKS or self.made % CHECK_EVERY == 0:
+                self.check(text, n, count)
+        else:
+            text = self._fit(n, words, rng, count)
+            self.check(text, n, count)
+        return text
+
+    def check(self, text: str, n: int, count=None) -> None:
+        if not self.tokenizer.exact:
+            return
+        c = (count or self.tokenizer.count)(text)
+        self.checked += 1
+        self.exact += c == n
+        self.max_abs_error = max(self.max_abs_error, abs(c - n))
+
+    def _fit(self, n: int, words: list[str], rng: np.random.Generator, count) -> str:
+        # Largest k with count(first k words) <= n (count is non-decreasing in k).
+        lo, hi = 0, len(words)
+        if count(" ".join(words)) <= n:
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count(" ".join(words[:mid])) <= n:
+                lo = mid
+            else:
+                hi = mid - 1
+        text = " ".join(words[:lo])
+        have = count(text)
+        fillers = list(_FILLERS)
+        rng.shuffle(fillers)
+        while have < n:
+            for f in fillers:
+                piece = f.lstrip() if not text else f
+                if count(text + piece) == have + 1:
+                    text, have = text + piece, have + 1
+                    break
+            else:
+                break  # no filler adds exactly one token here: leave the text short, the check records it
+        return text
+
+    def summary(self) -> dict:
+        return {"prompts": self.made, "checked": self.checked, "exact": self.exact,
+                "max_abs_error": self.max_abs_error}
+
+
+def synthetic_text(n_tokens: int, rng: np.random.Generator) -> str:
+    """n distinct words (n tokens under the simulator's whitespace rule); kept for the skeleton's callers."""
+    return " ".join(word_walk(rng, n_tokens)) if n_tokens > 0 else ""

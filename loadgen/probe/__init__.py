@@ -1,0 +1,1 @@
+"""What loadgen asks the target besides the run: its kind, model, tokenizer, /metrics, an idle calibration."""

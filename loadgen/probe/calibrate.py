@@ -1,0 +1,99 @@
+"""Idle-server calibration: probe the target before the measured run, fit prefill(L) and the idle ITL.
+
+Why: without per-request server timings, TTFT is one number. Probing the idle server (one request at a
+time, so nothing queues) measures what prefill alone costs at each prompt length; during the run,
+queue ~= ttft_from_send - connect - prefill(L) (analysis/decompose.py defines it).
+
+Probe plan (`probe_lengths`): prompt lengths spanning the run's planned ones (their min, quartiles
+and max: 5 points at most, fewer when lengths repeat), REPS repetitions each, PROBE_OUTPUT_TOKENS
+output tokens, sent sequentially after one discarded warm-up request (it opens the connection).
+Each probe yields
+    prefill_ms = first_token - connected      (server TTFT + network; the same quantity the run's
+                                               estimate subtracts, so the network cancels out)
+    itl_ms     = (last_token - first_token) / (output_tokens - 1)
+Fit (`fit`), on the median per length (robust to a stray slow probe):
+    prefill_ms(L) = a + b*L + c*L^2  (degree = min(2, distinct lengths - 1); a negative top coefficient
+                                      drops the degree by one, so the curve never bends down)
+    itl_ms(L)     = d + e*L          (KV reads grow with context)
+calibration.json holds the plan, every probe, both fits as {"coef": [a, b, c]} (lowest power first),
+their RMS residuals, and whether the server also gave per-request timings.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from loadgen.client.recorder import Row
+
+REPS = 3
+PROBE_OUTPUT_TOKENS = 8
+POINTS = 5
+
+
+def probe_lengths(planned_prompt_tokens) -> list[int]:
+    planned = np.asarray(planned_prompt_tokens, dtype=np.int64)
+    if planned.size == 0:
+        return []
+    return sorted({int(x) for x in np.quantile(planned, np.linspace(0, 1, POINTS), method="nearest")})
+
+
+def _polyfit(x: np.ndarray, y: np.ndarray, degree: int) -> list[float]:
+    degree = min(degree, len(np.unique(x)) - 1)
+    while degree >= 0:
+        coef = np.polynomial.polynomial.polyfit(x.astype(float), y.astype(float), degree)
+        if degree == 0 or coef[-1] >= 0:
+            return [float(c) for c in coef]
+        degree -= 1
+    return [float(np.mean(y))]
+
+
+def _rms(coef: list[float], x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((np.polynomial.polynomial.polyval(x, coef) - y) ** 2)))
+
+
+def probe_record(row: Row) -> dict | None:
+    if row.outcome != "ok" or row.first_token_ns is None or row.connected_ns is None:
+        return None
+    n = row.output_tokens or 0
+    return {"prompt_tokens": row.prompt_tokens or row.planned_prompt_tokens,
+            "prefill_ms": (row.first_token_ns - row.connected_ns) / 1e6,
+            "itl_ms": (row.last_token_ns - row.first_token_ns) / 1e6 / (n - 1) if n > 1 else None,
+            "server_prefill_ms": row.server_prefill_ms, "server_queue_ms": row.server_queue_ms}
+
+
+def fit(probes: list[dict]) -> dict:
+    """probes: probe_record() dicts. Raises ValueError when nothing usable came back."""
+    good = [p for p in probes if p is not None]
+    if not good:
+        raise ValueError("no calibration probe succeeded")
+    L = np.array([p["prompt_tokens"] for p in good], dtype=float)
+    pre = np.array([p["prefill_ms"] for p in good], dtype=float)
+    lengths = np.unique(L)
+    med_pre = np.array([np.median(pre[L == x]) for x in lengths])
+    pre_coef = _polyfit(lengths, med_pre, 2)
+    with_itl = [p for p in good if p["itl_ms"] is not None]
+    if with_itl:
+        Li = np.array([p["prompt_tokens"] for p in with_itl], dtype=float)
+        itl = np.array([p["itl_ms"] for p in with_itl], dtype=float)
+        li = np.unique(Li)
+        med_itl = np.array([np.median(itl[Li == x]) for x in li])
+        itl_coef = _polyfit(li, med_itl, 1)
+        itl_rms = _rms(itl_coef, li, med_itl)
+    else:
+        itl_coef, itl_rms = [0.0], None
+    return {
+        "method": "idle-probe",
+        "prefill_ms": {"coef": pre_coef, "rms_ms": _rms(pre_coef, lengths, med_pre)},
+        "itl_ms": {"coef": itl_coef, "rms_ms": itl_rms},
+        "server_timings": any(p["server_prefill_ms"] is not None for p in good),
+        "probes": good,
+    }
+
+
+def probe_rows(planned_prompt_tokens, now_ns: int, tag: str = "") -> list[Row]:
+    """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths. Request ids
+    are `calib-{tag}-{i}`: server logs and the simulator's truth can tell probes from the run."""
+    lengths = probe_lengths(planned_prompt_tokens)
+    if not lengths:
+        return []
+    plan = [lengths[0]] + [L for _ in range(REPS) for L in lengths]
+    return [Row(i, f"calib-{tag}-{i:04d}", now_ns, L, PROBE_OUTPUT_TOKENS) for i, L in enumerate(plan)]

@@ -1,0 +1,1 @@
+"""The results folder contract: Parquet files, manifest, HDR interval logs, export."""

@@ -1,0 +1,309 @@
+"""The results folder: the contract between `loadgen run` and everything that reads a run.
+
+    manifest.json      schema version, tool version, resolved config (no secrets), seed, target,
+                       t0 as monotonic ns and wall-clock time, host, status and reasons
+    requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
+    tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
+    calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
+    requests.<w>.parquet, tokens.<w>.parquet, manifest.<w>.json, <metric>.<w>.hlog
+                       worker w's share of a --workers run (workers.py), read as one run
+    _parts/            flushed as the run goes; merged into the two files above at the end (a run
+                       killed with SIGKILL leaves its parts, which read_run() still reads)
+
+Every file is written to a temporary name and renamed, so a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+from typing import TypedDict
+
+import numpy as np
+import orjson
+import polars as pl
+
+from loadgen.errors import ResultsError  # noqa: F401  (raised here; importable from here too)
+from loadgen.client.recorder import TIME_FIELDS, Row
+
+SCHEMA_VERSION = 1
+PARTS = "_parts"
+
+REQUEST_SCHEMA = {
+    "request_id": pl.String, "idx": pl.Int64, "worker": pl.Int32, "warmup": pl.Boolean,
+    **{f: pl.Int64 for f in TIME_FIELDS}, "slot_wait_ns": pl.Int64,
+    "outcome": pl.String, "http_status": pl.Int32, "error_kind": pl.String, "error_detail": pl.String,
+    "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
+    "output_tokens": pl.Int64, "n_chunks": pl.Int64,
+    "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
+    "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
+}
+TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
+
+
+class Manifest(TypedDict, total=False):
+    """manifest.json (docs/results.md lists every key and its content). Written before the first request
+    with status `running`, rewritten at the end."""
+    schema_version: int
+    tool: str
+    version: str
+    run_id: str
+    status: str                    # running | complete | invalid | interrupted
+    invalid_reasons: list[str]
+    config: dict                   # config.RunConfig.to_manifest(): no secrets
+    seed: int
+    target: dict                   # url (redacted), backend, api, builtin_sim
+    t0: dict                       # monotonic_ns, unix_ns, iso
+    host: dict
+    schedule: dict
+    workload: dict
+    calibration: str               # "calibration.json" or why there is none
+    scrape: dict
+    generator: dict                # the self-check (selfcheck.py)
+    finished: dict
+
+
+class Summary(TypedDict, total=False):
+    """summary.json, written by `loadgen report` (analysis/summary.py, analysis/explain.py); docs/results.md
+    lists every key. All latencies in ms."""
+    run: dict
+    requests: dict
+    outcomes: dict[str, int]
+    rate: dict
+    throughput: dict
+    latency_ms: dict[str, dict[str, float | None]]
+    percentiles: str
+    histograms: dict | None
+    generator: dict | None
+    valid: bool
+    invalid_reasons: list[str]
+    decomposition_ms: dict
+    decomposition_windows: list[dict]
+    by_prompt_tokens: list[dict]
+    server_histograms_ms: dict | None
+    calibration: dict | str
+    roofline: dict | None
+    diagnosis: list[dict]
+    config: dict                   # the run's resolved config (manifest.config)
+
+
+def loop_lateness_p99_ms(manifest: dict) -> float:
+    """How late the run's event loop ran at p99 (ms; its lateness probe, manifest.generator): the most a
+    busy host delayed the client's stamps. 0.0 for a run that has no probe."""
+    return float(((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0)
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: Manifest
+    requests: pl.DataFrame
+    tokens: pl.DataFrame
+
+    def write_summary(self, summary: Summary) -> None:
+        write_json(self.path / "summary.json", summary)
+
+    def write_decomposition(self, decomposition: pl.DataFrame) -> None:
+        write_parquet(self.path / "decomposition.parquet", decomposition)
+
+    def calibration(self) -> dict | None:
+        """calibration.json (the idle-server fit, calibrate.py), None when the run has none."""
+        p = self.path / "calibration.json" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return orjson.loads(p.read_bytes())
+        except orjson.JSONDecodeError as e:
+            raise ResultsError(f"{p}: not valid JSON: {e}") from None
+
+    def server_metrics(self) -> pl.DataFrame | None:
+        """server_metrics.parquet (the scraped /metrics, scrape.py), None when the run has none."""
+        p = self.path / "server_metrics.parquet" if self.path else None
+        if p is None or not p.is_file():
+            return None
+        try:
+            return pl.read_parquet(p)
+        except (pl.exceptions.PolarsError, OSError) as e:
+            raise ResultsError(f"{p}: unreadable: {e}") from None
+
+
+_GET = {k: attrgetter(k) for k in REQUEST_SCHEMA}
+
+
+def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
+    # Column by column (one C-level pass over the rows each); times made relative to t0 by Polars (null
+    # stays null). Runs in the flush thread every FLUSH_EVERY_TICKS: its Python work is the loop's too (GIL).
+    frame = pl.DataFrame({k: list(map(get, rows)) for k, get in _GET.items()}, schema=REQUEST_SCHEMA)
+    return frame.with_columns(pl.col(f) - t0_ns for f in TIME_FIELDS)
+
+
+_CHUNK_T, _CHUNK_TOKENS = attrgetter("chunk_t_ns"), attrgetter("chunk_tokens")
+_LONG = np.dtype("l")  # array("l") items: a C long, as numpy's "l"
+
+
+def chunk_columns(rows: list[Row]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows' chunk buffers end to end: chunks per row, stamps (int64 ns, as on the rows) and tokens
+    (int64). Each buffer is joined as bytes in one C pass: no Python object per chunk or per row."""
+    counts = np.fromiter(map(len, map(_CHUNK_T, rows)), np.int64, len(rows))
+    t = np.frombuffer(b"".join(map(_CHUNK_T, rows)), dtype=np.int64)
+    k = np.frombuffer(b"".join(map(_CHUNK_TOKENS, rows)), dtype=_LONG).astype(np.int64)
+    return counts, t, k
+
+
+def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
+    with_chunks = [r for r in rows if len(r.chunk_t_ns)]
+    if not with_chunks:
+        return pl.DataFrame(schema=TOKEN_SCHEMA)
+    counts, t, n = chunk_columns(with_chunks)
+    t, n = t - t0_ns, n.astype(np.int32)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    idx = (np.arange(t.size, dtype=np.int64) - starts).astype(np.int32)
+    ids = pl.Series("request_id", [r.request_id for r in with_chunks], pl.String)
+    owner = pl.Series("o", np.repeat(np.arange(len(with_chunks), dtype=np.uint32), counts))
+    return pl.DataFrame({"request_id": ids.gather(owner), "idx": idx, "t_ns": t, "n_tokens": n},
+                        schema=TOKEN_SCHEMA)
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    _atomic_write(Path(path), lambda p: p.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2
+                                                                   | orjson.OPT_SERIALIZE_NUMPY)))
+
+
+def write_parquet(path: Path, df: pl.DataFrame) -> None:
+    _atomic_write(Path(path), lambda p: df.write_parquet(p))
+
+
+class RunWriter:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._part = 0
+
+    def prepare(self, overwrite: bool = False) -> None:
+        """Create the folder. A non-empty folder is refused unless `overwrite` and it holds a loadgen run;
+        that run is set aside (renamed), deleted only once the new run has started (its first manifest),
+        and put back by abandon() if the new run fails before that. Nothing is deleted here."""
+        p = self.path
+        self._previous: Path | None = None
+        self._created = not p.exists()
+        self._started = False
+        if p.exists():
+            if not p.is_dir():
+                raise ResultsError(f"--out {p}: exists and is not a folder")
+            if any(p.iterdir()):
+                if not overwrite:
+                    raise ResultsError(f"--out {p}: folder is not empty; choose another --out, or pass "
+                                       f"--overwrite to replace the run in it (kept until the new run starts)")
+                if not ((p / "manifest.json").exists() or (p / PARTS).is_dir()):
+                    raise ResultsError(f"--out {p}: folder is not empty and holds no loadgen run; "
+                                       f"--overwrite replaces only a results folder; choose another --out")
+                self._previous = p.with_name(f".{p.name}.previous-{os.getpid()}")
+                try:
+                    os.replace(p, self._previous)
+                except OSError as e:
+                    self._previous = None
+                    raise ResultsError(f"--out {p}: cannot set the earlier run aside: {e.strerror}") from None
+                self._created = True
+        try:
+            (p / PARTS).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self.abandon()
+            raise ResultsError(f"--out {p}: cannot create the results folder: {e.strerror or e}") from None
+
+    def abandon(self) -> None:
+        """The run failed before it started: remove what it wrote and put the earlier run back."""
+        if getattr(self, "_started", True):
+            return
+        self._started = True
+        p = self.path
+        if getattr(self, "_created", False):
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.is_dir():
+            for child in p.iterdir():
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        if self._previous is not None:
+            os.replace(self._previous, p)
+            self._previous = None
+
+    def manifest(self, manifest: Manifest) -> None:
+        write_json(self.path / "manifest.json", manifest)
+        if not getattr(self, "_started", True):  # the first manifest: the new run has started
+            self._started = True
+            if self._previous is not None:
+                shutil.rmtree(self._previous, ignore_errors=True)
+                self._previous = None
+
+    def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
+        """Write rows finished since the last flush as a part (may run in a worker thread). The part is then
+        their only copy (Recorder.release drops them: a long run's memory stays flat); finalize() reads
+        them back. Should the tokens part fail, the requests part goes too and the error is raised: the
+        rows are then not flushed (finalize counts a row flushed by its requests part)."""
+        if not rows:
+            return
+        self._part += 1
+        requests = self.path / PARTS / f"requests-{name}{self._part:05d}.parquet"
+        write_parquet(requests, requests_frame(rows, t0_ns))
+        try:
+            write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
+        except BaseException:
+            requests.unlink(missing_ok=True)
+            raise
+
+    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> pl.DataFrame:
+        """Write requests.parquet and tokens.parquet from the flushed parts plus `rows`, the rows no flush()
+        wrote (Recorder.unflushed()). Returns the run's requests frame as written (every row, sorted by
+        idx, times ns from t0): the end-of-run checks read it, not the rows."""
+        suffix = f".{name[:-1]}" if name else ""  # "3-" -> requests.3.parquet (a worker's share)
+        parts = sorted((self.path / PARTS).glob(f"requests-{name}[0-9]*.parquet"))
+        requests = pl.concat([*(pl.read_parquet(f) for f in parts), requests_frame(rows, t0_ns)]).sort("idx")
+        write_parquet(self.path / f"requests{suffix}.parquet", requests)
+        parts = sorted((self.path / PARTS).glob(f"tokens-{name}[0-9]*.parquet"))
+        tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
+        write_parquet(self.path / f"tokens{suffix}.parquet", tokens)
+        if name:
+            for f in (self.path / PARTS).glob(f"*-{name}[0-9]*.parquet"):
+                f.unlink()
+        else:
+            shutil.rmtree(self.path / PARTS, ignore_errors=True)
+        return requests
+
+
+def read_run(path: str | Path) -> Run:
+    p = Path(path)
+    if not (p / "manifest.json").is_file():
+        raise ResultsError(f"{p}: not a loadgen results folder (no manifest.json)")
+    try:
+        manifest = orjson.loads((p / "manifest.json").read_bytes())
+    except orjson.JSONDecodeError as e:
+        raise ResultsError(f"{p / 'manifest.json'}: not valid JSON: {e}") from None
+    try:
+        if (p / "requests.parquet").is_file():
+            requests = pl.read_parquet(p / "requests.parquet")
+            tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
+                      else pl.DataFrame(schema=TOKEN_SCHEMA))
+        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
+            # the workers' files of a --workers run (workers.py), and the flushed parts of any process
+            # that was killed before it could finish its files
+            requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
+                               REQUEST_SCHEMA).sort("idx")
+            tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),
+                             TOKEN_SCHEMA)
+        else:
+            raise ResultsError(f"{p}: no requests.parquet")
+    except (pl.exceptions.PolarsError, OSError) as e:
+        raise ResultsError(f"{p}: unreadable results: {e}") from None
+    missing = set(REQUEST_SCHEMA) - set(requests.columns)
+    if missing:
+        raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")
+    return Run(p, manifest, requests, tokens)
+
+
+def _concat(files: list[Path], schema: dict) -> pl.DataFrame:
+    return pl.concat([pl.read_parquet(f) for f in files]) if files else pl.DataFrame(schema=schema)

@@ -1,0 +1,86 @@
+"""Live HdrHistograms of a run: one `*.hlog` interval log per metric, one line per second, written as the
+run goes (loadgen/results/hdr.py holds the format, the µs units and the out-of-range rule).
+
+Contract:
+- a request's samples (all its metrics) go into the interval in which the request FINISHED (its row was
+  handed to the flusher); interval k covers [k s, (k+1) s) from t0; every interval is written, empty
+  ones too, and the rows finished after the last full interval go into one last, shorter interval;
+- the values are computed vectorized from the finished rows' buffers (one numpy pass per interval),
+  never on the hot path;
+- metrics, the rows each covers and the ITL rule come from loadgen/metrics.py, as for summary.json, so
+  the histograms and the summary agree;
+- warm-up rows are left out, as in the summary.
+Called from a worker thread: it only reads rows that are finished (no longer touched by the loop).
+"""
+from __future__ import annotations
+
+from operator import attrgetter
+from pathlib import Path
+
+import numpy as np
+
+import polars as pl
+
+from loadgen.results import hdr
+from loadgen import metrics
+from loadgen.client.recorder import OK, Row
+from loadgen.results.folder import chunk_columns
+
+INTERVAL_NS = 1_000_000_000
+
+
+def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
+    """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py)."""
+    measured = [r for r in rows if not r.warmup]
+    frame = pl.DataFrame({f: list(map(get, measured)) for f, get in _GET.items()},
+                         schema={**{f: pl.Int64 for f in _FIELDS}, "outcome": pl.String})
+    frame = metrics.latency_columns(frame, unit_ns=1, names=_SCALAR)
+    ok_rows = frame.filter((pl.col("outcome") == OK) & pl.col("first_token_ns").is_not_null())
+    out = {}
+    for m in _SCALAR:
+        rows_m = ok_rows if metrics.ROWS[m] == "ok" else frame
+        out[m] = rows_m[m].drop_nulls().to_numpy()
+    ok = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
+    counts, t, k = chunk_columns(ok)
+    if counts.sum():
+        owner = np.repeat(np.arange(len(ok)), counts)
+        out["itl"] = metrics.itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
+    else:
+        out["itl"] = np.empty(0)
+    return out
+
+
+_SCALAR = tuple(m for m in hdr.METRICS if m != "itl")
+_FIELDS = ("intended_ns", "dispatched_ns", "slot_wait_ns", "connected_ns", "first_token_ns", "last_token_ns",
+           "output_tokens", "outcome")
+_GET = {f: attrgetter(f) for f in _FIELDS}
+
+
+class LiveHistograms:
+    def __init__(self, run_dir: str | Path, t0_ns: int, start_wall_s: float, tag: str | None = None,
+                 worker: int | None = None):
+        self.t0_ns = t0_ns
+        self.writers = {m: hdr.IntervalLogWriter(hdr.log_path(run_dir, m, worker), start_wall_s=start_wall_s,
+                                                 tag=tag)
+                        for m in hdr.METRICS}
+        self.totals = {m: hdr.Recorded(hdr.new_histogram(), 0) for m in hdr.METRICS}
+        self._scratch = {m: hdr.new_histogram() for m in hdr.METRICS}  # one interval's, cleared and reused
+        self.next_start_ns = 0   # from t0: where the next interval begins
+
+    def record_interval(self, rows: list[Row], end_ns: int) -> None:
+        """Write the interval [next_start, end_ns) (ns from t0) holding these rows' samples."""
+        start = self.next_start_ns
+        end = max(end_ns, start)
+        values = metric_values_ns(rows) if rows else {}
+        for m, w in self.writers.items():
+            hist = self._scratch[m]
+            hdr.clear(hist)
+            rec = hdr.Recorded(hist, hdr.record_ns(hist, values.get(m, np.empty(0, dtype=np.int64))))
+            w.write_interval(start, end, rec)
+            self.totals[m].add(rec)
+        self.next_start_ns = end
+
+    def close(self) -> dict[str, dict]:
+        for w in self.writers.values():
+            w.close(fsync=True)
+        return {m: hdr.summary_ms(rec) for m, rec in self.totals.items()}

@@ -1,0 +1,346 @@
+"""`loadgen sweep`: one workload at a series of rates, one results folder per point, the saturation knee
+and (with SLOs) the highest rate that meets an attainment target. docs/sweep-and-compare.md has the
+files' schemas.
+
+Rates: a list (`--rates 2,4,8/s`), or a geometric series from `--start` by `--factor` that stops at the
+first point past the criterion (or at --max-rate / --max-points); `--refine K` then bisects K times
+between the last point that met the criterion and the first that did not (geometric midpoints), so the
+answer's resolution is hi/lo - 1 and the number of points is stated in the summary (`search`).
+
+The knee (knee()): a point *keeps up* when its run is valid and the server's completion rate is within
+`tolerance` (5 %) of the offered rate, both over the ok requests: completed from their last tokens,
+offered from their intended sends, each the rate fitted to all events (fitted_rate_per_s). Below saturation,
+completions follow arrivals shifted by a stationary latency, so the two rates agree; past it the server
+finishes at its capacity whatever is offered and the queue grows without bound. The knee is the highest
+rate at which this point and every lower one keep up. Beside it, `ttft_knee_per_s` is the highest rate
+at which p99 TTFT stays within `ttft_factor` (3x) of the lowest-rate point's (queueing before
+saturation shows there first). With --scrape-metrics each point also reports the server's peak
+waiting-queue depth and KV usage (`server_max_waiting`, `server_max_kv_usage`): the server's own view
+of the queue taking over. Max goodput: the highest rate whose run is valid and whose attainment
+(goodput.py) is >= the target; `max_goodput.keeps_up` is false (and the text warns) when that rate is
+past the knee, where a finite run meets the SLOs only until its queue grows past them.
+
+Files: DIR/sweep.json (the manifest: spec, base config, each point's rate, folder and status, written
+after every point), DIR/rate-<r>/ (a normal results folder with its summary.json), and at the end (also
+after an interrupt) DIR/sweep_summary.json and DIR/sweep_summary.txt. `--resume` re-reads sweep.json,
+keeps every finished point and measures only what is missing (the search is deterministic given the
+points, so it continues where it stopped).
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+import polars as pl
+
+from loadgen.analysis.diagnose import facts_from_metrics
+from loadgen.analysis.explain import ExplainOptions
+from loadgen.analysis.knee import KNEE_TOLERANCE, TTFT_FACTOR, keeps_up, knee, meets_attainment
+from loadgen.analysis.report_summary import build
+from loadgen.config.workload import RunConfig, with_overrides
+from loadgen.metrics import fitted_rate_per_s
+from loadgen.results.folder import read_run, write_json
+
+SCHEMA_VERSION = 1
+MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
+LAT_METRICS = ("ttft", "tpot", "itl", "e2e")
+DECOMP = ("queue", "prefill", "decode", "decode_stalls", "send_lag", "other")
+
+
+class SweepError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    rates: tuple[float, ...] = ()       # an explicit list (per s), or:
+    start_per_s: float | None = None    # a geometric series start * factor^k
+    factor: float = 2.0
+    max_rate_per_s: float | None = None
+    max_points: int = 12
+    refine: int = 0                     # bisection steps after the bracket is found
+    max_goodput: bool = False           # search on attainment >= `attainment` instead of the knee
+    attainment: float = 0.9
+    slo_ms: dict = field(default_factory=dict)
+    tolerance: float = KNEE_TOLERANCE
+    ttft_factor: float = TTFT_FACTOR
+
+
+def default_sweep_out(config: RunConfig) -> Path:
+    return Path("results") / f"{config.name}-sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def round_rate(r: float) -> float:
+    return float(f"{r:.4g}")  # a point's identity: 4 significant digits (also its folder name)
+
+
+def point_dir(r: float) -> str:
+    return f"rate-{round_rate(r):g}"
+
+
+# --- the search (the knee rule: loadgen/analysis/knee.py) ---------------------------------------------
+def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec: SweepSpec) -> dict:
+    """Measure points until the criterion `good` is bracketed, then bisect spec.refine times.
+    Returns {"lo", "hi", "points", "resolution_rel", "stopped"}; lo = highest good rate (None if none)."""
+    measured: dict[float, dict] = {}
+
+    def at(r: float) -> bool:
+        r = round_rate(r)
+        if r not in measured:
+            measured[r] = measure(r)
+        return good(measured[r])
+
+    lo = hi = None
+    stopped = ""
+    if spec.rates:
+        for r in sorted(spec.rates):
+            ok = at(r)
+            if ok and hi is None:
+                lo = round_rate(r)
+            elif not ok and hi is None:
+                hi = round_rate(r)
+        # an explicit list is measured whole; the bracket is the first miss and the good point before it
+    else:
+        r = spec.start_per_s
+        ok = at(r)
+        step = spec.factor if ok else 1 / spec.factor
+        while True:
+            if ok:
+                lo = round_rate(r)
+            else:
+                hi = round_rate(r)
+            if lo is not None and hi is not None:
+                break
+            r *= step
+            if len(measured) >= spec.max_points:
+                stopped = f"max_points ({spec.max_points}) reached"
+                break
+            if step > 1 and spec.max_rate_per_s is not None and r > spec.max_rate_per_s * (1 + 1e-9):
+                stopped = f"max_rate ({spec.max_rate_per_s:g}/s) reached before the criterion failed"
+                break
+            ok = at(r)
+    if lo is not None and hi is not None and lo < hi:
+        for _ in range(spec.refine):
+            mid = round_rate(math.sqrt(lo * hi))
+            if mid in (lo, hi):
+                break
+            if at(mid):
+                lo = mid
+            else:
+                hi = mid
+    return {"lo": lo, "hi": hi, "points": len(measured),
+            "resolution_rel": (hi / lo - 1) if lo and hi and hi > lo else None, "stopped": stopped or None}
+
+
+# --- running ------------------------------------------------------------------------------------------
+@dataclass
+class SweepOutcome:
+    path: Path
+    status: str                 # complete | interrupted
+    summary: dict
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status == "complete" else 130
+
+
+def check_config(config: RunConfig) -> None:
+    if config.concurrency:
+        raise SweepError("sweep varies the arrival rate of an open loop; it cannot sweep a closed loop "
+                         "(--concurrency)")
+    if config.arrivals.process not in ("poisson", "constant", "gamma") or math.isinf(config.arrivals.rate_per_s):
+        raise SweepError(f"sweep needs poisson, constant or gamma arrivals at a finite rate, not "
+                         f"{config.arrivals.process!r} (the workload's arrivals.process)")
+
+
+def spec_record(spec: SweepSpec) -> dict:
+    return asdict(spec) | {"rates": list(spec.rates)}
+
+
+def _base_record(config: RunConfig) -> dict:
+    d = config.to_manifest()
+    d.pop("out", None)
+    d["arrivals"].pop("rate_per_s", None)  # the swept quantity
+    return d
+
+
+def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
+              opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
+              run_point: Callable | None = None) -> SweepOutcome:
+    from loadgen.run.launch import run_workload
+
+    check_config(config)
+    run_point = run_point or run_workload
+    out = Path(out)
+    manifest = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
+                "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),
+                "points": []}
+    done: dict[float, dict] = {}
+    if (out / MANIFEST).is_file():
+        old = orjson.loads((out / MANIFEST).read_bytes())
+        if not resume:
+            raise SweepError(f"{out}: holds a sweep already; pass --resume to continue it or choose another --out")
+        for key in ("spec", "config"):
+            if old.get(key) != orjson.loads(orjson.dumps(manifest[key])):
+                diff = sorted(k for k in set(old.get(key, {})) | set(manifest[key])
+                              if old.get(key, {}).get(k) != orjson.loads(orjson.dumps(manifest[key])).get(k))
+                raise SweepError(f"{out / MANIFEST}: --resume with a different {key} (differs in: "
+                                 f"{', '.join(diff)}); use the same workload and flags, or another --out")
+        for p in old.get("points", []):
+            if p.get("status") in ("complete", "invalid") and (out / p["dir"] / "summary.json").is_file():
+                done[round_rate(p["rate_per_s"])] = p
+    elif resume:
+        raise SweepError(f"{out}: no {MANIFEST} to resume")
+    elif out.exists() and any(out.iterdir()):
+        raise SweepError(f"{out}: folder is not empty and holds no sweep; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest["points"] = list(done.values())
+    write_json(out / MANIFEST, manifest)
+    records: dict[float, dict] = {}
+
+    class Interrupted(Exception):
+        pass
+
+    def measure(r: float) -> dict:
+        if r in done:
+            rec = point_record(out, done[r], spec)
+            _say(progress, f"sweep: {r:g}/s kept from the earlier sweep")
+        else:
+            folder = out / point_dir(r)
+            if folder.exists():
+                shutil.rmtree(folder)  # an unfinished point of an interrupted sweep: measured again
+            _say(progress, f"sweep: point {len(records) + 1} at {r:g}/s -> {folder}")
+            cfg = with_overrides(config, arrivals=replace(config.arrivals, rate_per_s=r), out=str(folder))
+            outcome = run_point(cfg, progress=progress)
+            entry = {"rate_per_s": r, "dir": point_dir(r), "status": outcome.status}
+            manifest["points"].append(entry)
+            write_json(out / MANIFEST, manifest)
+            if outcome.status not in ("complete", "invalid"):
+                raise Interrupted
+            build(folder, opts, spec.slo_ms or None)
+            rec = point_record(out, entry, spec)
+        records[r] = rec
+        return rec
+
+    good = ((lambda p: meets_attainment(p, spec.attainment)) if spec.max_goodput
+            else (lambda p: keeps_up(p, spec.tolerance)))
+    status, found = "complete", None
+    try:
+        found = search(measure, good, spec)
+    except (Interrupted, KeyboardInterrupt):
+        status = "interrupted"
+    manifest["status"] = status
+    write_json(out / MANIFEST, manifest)
+    for r, entry in done.items():  # kept points the search did not revisit (an interrupt came first)
+        records.setdefault(r, point_record(out, entry, spec))
+    summary = sweep_summary(out, manifest, list(records.values()), spec, found)
+    write_json(out / SUMMARY_JSON, summary)
+    (out / SUMMARY_TXT).write_text(summary_text(summary))
+    return SweepOutcome(out, status, summary)
+
+
+def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
+    """One row of the sweep summary, from the point's summary.json and requests.parquet."""
+    folder = out / entry["dir"]
+    s = orjson.loads((folder / "summary.json").read_bytes())
+    run = read_run(folder)
+    ok = run.requests.filter(~pl.col("warmup") & (pl.col("outcome") == "ok"))
+    max_waiting, max_kv = facts_from_metrics(run.server_metrics())  # with --scrape-metrics, else None
+    dec = (s.get("decomposition_ms") or {}).get("mean") or {}
+    rec = {
+        "rate_per_s": entry["rate_per_s"], "dir": entry["dir"], "status": entry["status"],
+        "valid": bool(s.get("valid")), "invalid_reasons": s.get("invalid_reasons", []),
+        "requests": s["requests"],
+        "offered_per_s": fitted_rate_per_s(ok["intended_ns"].to_numpy()),
+        "completed_per_s": fitted_rate_per_s(ok["last_token_ns"].to_numpy()),
+        "throughput": s["throughput"],
+        "latency_ms": {m: {k: s["latency_ms"][m][k] for k in ("p50", "p90", "p99", "mean")} for m in LAT_METRICS},
+        "decomposition_mean_ms": {c: dec.get(c) for c in DECOMP},
+        "goodput": s.get("goodput"),
+        "server_max_waiting": max_waiting, "server_max_kv_usage": max_kv,
+    }
+    rec["keeps_up"] = keeps_up(rec, spec.tolerance)
+    if spec.slo_ms:
+        rec["meets_attainment"] = meets_attainment(rec, spec.attainment)
+    return rec
+
+
+def sweep_summary(out: Path, manifest: dict, records: list[dict], spec: SweepSpec, found: dict | None) -> dict:
+    pts = sorted(records, key=lambda p: p["rate_per_s"])
+    max_goodput = None
+    if spec.max_goodput:
+        best = max((p for p in pts if meets_attainment(p, spec.attainment)), key=lambda p: p["rate_per_s"],
+                   default=None)
+        max_goodput = {"rate_per_s": best["rate_per_s"] if best else None,
+                       "goodput_per_s": best["goodput"]["requests_per_s"] if best else None,
+                       "attainment": best["goodput"]["attainment"] if best else None,
+                       "target_attainment": spec.attainment,
+                       "first_missed_per_s": (found or {}).get("hi"),
+                       # past the knee the SLOs hold only for as long as the run is too short for the
+                       # queue to grow past them: say so rather than call the rate sustainable
+                       "keeps_up": best["keeps_up"] if best else None}
+    return {"kind": "loadgen-sweep-summary", "schema_version": SCHEMA_VERSION,
+            "sweep": {"path": str(out), "workload": manifest["workload"], "status": manifest["status"],
+                      "mode": "max_goodput" if spec.max_goodput else "knee", "spec": manifest["spec"]},
+            "slo": {f"{k}_ms": v for k, v in spec.slo_ms.items()} or None,
+            "points": pts,
+            "knee": knee(pts, spec.tolerance, spec.ttft_factor),
+            "max_goodput": max_goodput,
+            "search": found}
+
+
+def summary_text(s: dict) -> str:
+    def f(v, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(v)
+
+    lines = [f"sweep      {s['sweep']['path']}  ({s['sweep']['status']}, {s['sweep']['mode']})",
+             f"workload   {s['sweep']['workload']}", "",
+             f"{'rate/s':>8}{'offer/s':>8}{'done/s':>8}{'tok/s':>9}{'ttft50':>8}{'ttft99':>8}{'tpot50':>8}{'itl99':>8}"
+             f"{'e2e99':>8}{'queue':>8}{'prefill':>8}{'decode':>8}{'attain':>8}{'good/s':>8}  ok"]
+    for p in s["points"]:
+        lat, d, g = p["latency_ms"], p["decomposition_mean_ms"], p.get("goodput") or {}
+        tok_s = f(p["throughput"]["output_tokens_per_s"], "{:.0f}")
+        lines.append(f"{p['rate_per_s']:>8g}{f(p['offered_per_s']):>8}{f(p['completed_per_s']):>8}{tok_s:>9}"
+                     f"{f(lat['ttft']['p50']):>8}{f(lat['ttft']['p99']):>8}{f(lat['tpot']['p50'], '{:.2f}'):>8}"
+                     f"{f(lat['itl']['p99'], '{:.2f}'):>8}{f(lat['e2e']['p99']):>8}{f(d['queue']):>8}"
+                     f"{f(d['prefill']):>8}{f(d['decode']):>8}{f(g.get('attainment'), '{:.0%}'):>8}"
+                     f"{f(g.get('requests_per_s')):>8}  {'yes' if p['keeps_up'] else 'NO'}"
+                     + ("" if p["valid"] else "  INVALID"))
+    k = s["knee"]
+    lines += ["", "latency in ms (decomposition: mean per request); ok = completes within the tolerance of the "
+                  "offered rate",
+              f"knee       {f(k['rate_per_s'], '{:g}')}/s (offered {f(k['offered_per_s'])}/s; first saturated point: "
+              f"{f(k['first_saturated_per_s'], '{:g}')}/s, completing {f(k['completed_per_s_past_knee'])}/s); "
+              f"p99 TTFT within the factor up to "
+              f"{f(k['ttft_knee_per_s'], '{:g}')}/s",
+              f"           rule: {k['rule']}"]
+    if s.get("max_goodput"):
+        m = s["max_goodput"]
+        lines.append(f"max goodput at {f(m['rate_per_s'], '{:g}')}/s: {f(m['goodput_per_s'])} req/s meet every SLO, "
+                     f"attainment {f(m['attainment'], '{:.1%}')} (target {m['target_attainment']:.0%}; missed at "
+                     f"{f(m['first_missed_per_s'], '{:g}')}/s)")
+        if m["keeps_up"] is False:
+            lines.append("           WARNING: past the knee (the server does not keep up there): the SLOs held only "
+                         "because the run ended before the queue grew; a longer run would miss them")
+    if s.get("search"):
+        sr = s["search"]
+        stopped = f"; {sr['stopped']}" if sr["stopped"] else ""
+        lines.append(f"search     {sr['points']} points; bracket {f(sr['lo'], '{:g}')}..{f(sr['hi'], '{:g}')}/s, "
+                     f"resolution {f(sr['resolution_rel'], '{:.1%}')}{stopped}")
+    if s["sweep"]["status"] != "complete":
+        lines.append(f"INTERRUPTED: the finished points are kept; `loadgen sweep ... --out {s['sweep']['path']} "
+                     "--resume` continues")
+    return "\n".join(lines) + "\n"
+
+
+def _say(out: TextIO | None, text: str) -> None:
+    if out is not None:
+        out.write(text + "\n")
+        out.flush()

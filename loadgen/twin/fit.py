@@ -1,0 +1,152 @@
+"""`loadgen fit --url URL --out profile.toml`: probe a live server (fit_probe.py), fit the simulator's
+step model (fit_model.py), write a profile `loadgen sim --profile FILE` and `loadgen predict` take.
+
+The plan, in rounds (a round = every prefill length once, then every decode shape once), at most
+--rounds rounds (default ROUNDS), each probe bounded by the budget (--budget, default 60 s): round 1 must
+finish, later rounds stop at the deadline (what they measured is kept). Per shape, the rounds' center is
+fitted (`center`: the median of fewer than 5, else the mean of all but the fastest and slowest tenth).
+The mean, because a CPU server on a shared host runs in phases (measured here: 256-token prefills of ~71
+and ~90 ms in stretches of seconds to a minute, on a quiet 2-core VM) and a run of minutes sees their
+mixture, which a median of a short fit misses by the slow share; trimmed, because one round disturbed by
+a descheduling should not move it. A prefill shape's TTFT is, where the server reports its prompt time,
+that time's center plus the request overhead (below), so client-side noise stays out.
+
+  limits   slots (max_num_seqs) and tokens per slot (max_model_len) from llama.cpp's /props, or
+           --max-num-seqs / --max-model-len; the per-step token budget max_num_batched_tokens from
+           --max-batched-tokens (default 2048, llama.cpp's n_batch: no server publishes it)
+  prefill  PREFILL_PROMPTS (those that fit in a slot with one output token), one at a time
+  decode   batches 1, 2, 4, 8 (<= slots) x contexts 16 and max_model_len / 4, DECODE_TOKENS outputs
+  request overhead: median(TTFT - server prompt time) when the server reports it, else 0
+
+On this repository's 2-core machine against llama-server (2 slots, 4096 tokens each) one round takes
+~6-9 s: the default budget fits the default 8 rounds.
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+
+from loadgen.twin.fit_model import EngineLimits, FitResult, fit, to_toml
+from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed
+
+PREFILL_PROMPTS = (16, 64, 256, 512, 1024, 1536, 2048, 3072)
+DECODE_TOKENS = 48
+ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    url: str
+    budget_s: float = 60.0
+    max_num_seqs: int | None = None
+    max_model_len: int | None = None
+    max_batched_tokens: int = 2048
+    extra_body: dict | None = None
+    name: str = "fitted"
+    rounds: int = ROUNDS
+
+
+async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list[DecodeSample], dict]:
+    async with Prober(o.url, o.budget_s, o.extra_body) as p:
+        srv = await p.limits()
+        slots = o.max_num_seqs or srv.slots
+        ctx = o.max_model_len or srv.ctx_per_slot
+        if not slots or not ctx:
+            missing = [f for f, v in (("--max-num-seqs", slots), ("--max-model-len", ctx)) if not v]
+            raise ProbeFailed(f"{o.url}: the server does not publish its slots / context per slot "
+                              f"(llama.cpp /props): give {' and '.join(missing)}")
+        lim = EngineLimits(srv.model, slots, o.max_batched_tokens, ctx, srv.n_params, srv.size_bytes)
+        prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
+        batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
+        contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
+        await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
+        pre: dict[int, list[PrefillSample]] = {}
+        dec: dict[tuple[int, int], list[DecodeSample]] = {}
+        rounds = 0
+        try:
+            for _ in range(o.rounds):
+                for n in prompts:
+                    pre.setdefault(n, []).append(await p.prefill(n))
+                for b in batches:
+                    for c in contexts:
+                        dec.setdefault((b, c), []).append(await p.decode(b, c, DECODE_TOKENS))
+                rounds += 1
+        except ProbeFailed as e:
+            if p.left_s() > 0:
+                raise  # a real failure, not the deadline
+            if rounds == 0:
+                raise ProbeFailed(f"one round of probes did not fit in --budget {o.budget_s:g}s: "
+                                  f"give more ({e})") from None
+        used_s = o.budget_s - p.left_s()
+    r_s = request_overhead_s([s for v in pre.values() for s in v])
+    prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
+    decode = [DecodeSample(b, c, DECODE_TOKENS, center([s.step_s for s in v])) for (b, c), v in dec.items()]
+    return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
+
+
+def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:
+    # Where the server reports its own prompt time, the shape's TTFT is that (center over rounds) plus
+    # the request overhead measured over every probe: a busy client host delays one probe's first token,
+    # not the server's clock.
+    server = [s.server_prefill_s for s in v if s.server_prefill_s is not None]
+    if not server:
+        return PrefillSample(prompt_tokens, center([s.ttft_s for s in v]), None)
+    server_s = center(server)
+    return PrefillSample(prompt_tokens, server_s + r_s, server_s)
+
+
+def center(v: list[float]) -> float:
+    """The median of fewer than 5 values, else the mean without the lowest and highest tenth (at least one
+    each)."""
+    if len(v) < 5:
+        return statistics.median(v)
+    k = max(1, len(v) // 10)
+    return statistics.fmean(sorted(v)[k:len(v) - k])
+
+
+def request_overhead_s(prefill: list[PrefillSample]) -> float:
+    gaps = [s.ttft_s - s.server_prefill_s for s in prefill if s.server_prefill_s is not None]
+    return max(0.0, statistics.median(gaps)) if gaps else 0.0
+
+
+def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
+    lim, prefill, decode, info = asyncio.run(_probe(o))
+    r_s = request_overhead_s(prefill)
+    res = fit(prefill, decode, lim, r_s, name=o.name,
+              description=f"fitted by loadgen fit to {lim.model_name} at {o.url}")
+    report = {"url": o.url, "form": res.form, "rms_rel": res.rms_rel, "max_abs_rel": res.max_abs_rel,
+              "alternatives_rms_rel": res.alternatives, "request_overhead_source":
+              "server timings" if any(s.server_prefill_s is not None for s in prefill) else "none (0)",
+              "limits": {"max_num_seqs": lim.max_num_seqs, "max_model_len": lim.max_model_len,
+                         "max_num_batched_tokens": lim.max_num_batched_tokens},
+              "coefficients_us": {k: v * 1e6 for k, v in vars(res.coefficients).items()},
+              "residuals": res.residuals, **info}
+    return res, report
+
+
+def profile_text(res: FitResult, report: dict) -> str:
+    c = report["coefficients_us"]
+    return to_toml(res.profile, [
+        f"Fitted by `loadgen fit` to {report['url']} ({report['rounds']} probe rounds, {report['probe_s']} s).",
+        f"Form: {res.form}; residuals rms {res.rms_rel:.1%}, max {res.max_abs_rel:.1%} (docs/twin.md).",
+        "Effective coefficients (us): " + ", ".join(f"{k} {v:.4g}" for k, v in c.items()) + ".",
+        "Only ratios matter: weight_bytes / weight_bandwidth, kv_bytes_per_token / kv_bandwidth, params and",
+        "layers * hidden / compute_tflops; max_num_batched_tokens is "
+        f"{report['limits']['max_num_batched_tokens']} (--max-batched-tokens)."])
+
+
+def to_text(res: FitResult, report: dict) -> str:
+    lines = [f"fit: {report['url']}: {report['rounds']} rounds of probes in {report['probe_s']} s "
+             f"(budget {report['budget_s']:g} s)",
+             f"form: {res.form} (rms relative residual {res.rms_rel:.1%}, max {res.max_abs_rel:.1%}; "
+             + ", ".join(f"{k} {v:.1%}" for k, v in res.alternatives.items()) + ")",
+             "limits: " + ", ".join(f"{k} {v}" for k, v in report["limits"].items()),
+             "coefficients (us): " + ", ".join(f"{k} {v:.4g}" for k, v in report["coefficients_us"].items()),
+             f"request overhead from: {report['request_overhead_source']}",
+             f"{'probe':<28} {'measured ms':>12} {'predicted ms':>13} {'error':>7}"]
+    for r in res.residuals:
+        what = (f"prefill {r['prompt_tokens']} tokens" if r["kind"] == "prefill"
+                else f"decode batch {r['batch']}, ctx {r['prompt_tokens']}")
+        lines.append(f"{what:<28} {r['measured_ms']:12.2f} {r['predicted_ms']:13.2f} {r['error_rel']:+7.1%}")
+    return "\n".join(lines) + "\n"

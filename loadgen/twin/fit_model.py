@@ -1,0 +1,241 @@
+"""Fits the simulator's step-time model (sim/profiles.py) to probe samples (fit_probe.py) and writes
+the profile. Pure: no I/O but `to_toml`.
+
+Two forms of the model are fitted, both special cases of the profile's step time, and the one with
+the smaller residuals is kept:
+
+  roofline  (a GPU: decode reads the weights, prefill is compute-bound; multi_token = 0)
+            decode step  = overhead + weights + per_seq * B + kv * kv_tokens_read
+            prefill step = overhead + per_seq + prefill_tok * tokens + attn * attention_pairs
+  compute   (a CPU engine such as llama.cpp: no weight-read floor, weights = 0; a one-token step is
+            several times cheaper than any larger one)
+            step = overhead + multi_token [tokens > 1] + per_seq * B
+                   + max(kv * kv_tokens_read, prefill_tok * tokens + attn * pairs)
+            (decode attention, a matrix-vector product, costs far more per pair than prefill's: the
+            kv term carries it)
+
+A probe's TTFT = request_overhead + the prefill's steps (a prompt longer than max_num_batched_tokens
+runs in ceil(P / chunk) steps; the attention pairs of all its chunks add up to P (P + 1) / 2).
+request_overhead is measured, not fitted, when the server reports its own prefill time (llama.cpp's
+`timings.prompt_ms`): the median of TTFT - prompt_ms; 0 otherwise. Least squares on relative errors
+(each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
+rest refitted). The model is linear on each branch of max(memory, compute): each sample's row is built
+on the branch the current fit makes active (first guess: decode reads memory, prefill computes), and
+the fit is repeated until no sample changes branch. The residual of each sample is then computed with
+the profile's own step_ns, max() included, so the figures describe the profile written.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadgen.twin.fit_probe import DecodeSample, PrefillSample
+from loadgen.sim.profiles import Profile
+
+NOMINAL_KV_BYTES_PER_TOKEN = 1024.0  # the fit sees only kv_bytes / kv_bandwidth; the split is nominal
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    model_name: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    n_params: float | None = None   # the model's parameters, if the server says (llama.cpp /v1/models meta)
+    size_bytes: float | None = None  # the weights' size in bytes, likewise
+
+
+@dataclass(frozen=True)
+class Coefficients:  # seconds
+    overhead: float
+    per_seq: float
+    weights: float
+    kv_per_token: float
+    per_token: float       # compute per new token
+    per_pair: float        # compute per attention pair
+    multi_token: float
+    request_overhead: float
+
+
+def coefficients(p: Profile) -> Coefficients:
+    """The effective coefficients of a profile (what a fit can recover; raw fields are one of many splits)."""
+    flops = p.compute_tflops * 1e12
+    return Coefficients(
+        overhead=p.overhead_us * 1e-6, per_seq=p.per_seq_us * 1e-6,
+        weights=p.weight_bytes / (p.weight_bandwidth_gb_s * 1e9),
+        kv_per_token=p.kv_bytes_per_token / (p.kv_bandwidth_gb_s * 1e9),
+        per_token=2 * p.params / flops, per_pair=4 * p.layers * p.hidden / flops,
+        multi_token=p.multi_token_us * 1e-6, request_overhead=p.request_overhead_us * 1e-6)
+
+
+def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str) -> Profile:
+    params = float(lim.n_params or 1e9)
+    per_token = max(c.per_token, 1e-12)
+    flops = 2 * params / per_token
+    weight_bytes = float(lim.size_bytes or 1e9) if c.weights > 0 else 0.0
+    kv_bytes = NOMINAL_KV_BYTES_PER_TOKEN if c.kv_per_token > 0 else 0.0
+    return Profile(
+        name=name, model_name=lim.model_name, description=description, max_model_len=lim.max_model_len,
+        params=params, weight_bytes=weight_bytes, kv_bytes_per_token=kv_bytes, layers=1,
+        hidden=max(0, round(c.per_pair * flops / 4)),
+        overhead_us=c.overhead * 1e6, per_seq_us=c.per_seq * 1e6,
+        weight_bandwidth_gb_s=weight_bytes / c.weights / 1e9 if c.weights > 0 else 1.0,
+        kv_bandwidth_gb_s=kv_bytes / c.kv_per_token / 1e9 if c.kv_per_token > 0 else 1.0,
+        compute_tflops=flops / 1e12, prefill_launch_us=0.0, decode_launch_us=0.0,
+        max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
+        kv_capacity_tokens=lim.max_num_seqs * lim.max_model_len,
+        multi_token_us=c.multi_token * 1e6, request_overhead_us=c.request_overhead * 1e6)
+
+
+# --- what a profile predicts for each probe shape (the simulator's engine, one sequence or B in lockstep)
+
+def chunks(prompt: int, chunk: int) -> list[tuple[int, int]]:
+    """(new tokens, tokens already computed) of each prefill step of one prompt."""
+    return [(min(chunk, prompt - c), c) for c in range(0, prompt, chunk)]
+
+
+def predicted_ttft_s(p: Profile, prompt: int) -> float:
+    ns = sum(p.step_ns(n, 1, c + n, n * c + n * (n + 1) // 2, True)
+             for n, c in chunks(prompt, p.max_num_batched_tokens))
+    return ns / 1e9 + p.request_overhead_us * 1e-6
+
+
+def decode_context(s: DecodeSample) -> float:
+    # mean context of a step in the measured window (the middle of the output)
+    return s.prompt_tokens + s.output_tokens / 2
+
+
+def predicted_step_s(p: Profile, s: DecodeSample) -> float:
+    kv = round(s.batch * (decode_context(s) + 1))
+    return p.step_ns(s.batch, s.batch, kv, kv, False) / 1e9
+
+
+# --- fitting
+
+_NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token")
+
+
+def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool) -> np.ndarray:
+    # the step's coefficient vector over _NAMES on the branch of max(memory, compute) that x makes
+    # active (x None: decode reads memory, prefill computes)
+    if x is None:
+        memory = decode
+    else:
+        memory = x[2] + x[3] * kv >= x[4] * tokens + x[5] * pairs
+    return np.array([1, seqs, 1 if memory else 0, kv if memory else 0, 0 if memory else tokens,
+                     0 if memory else pairs, 1 if tokens > 1 else 0], dtype=np.float64)
+
+
+def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], chunk: int, r: float):
+    rows, y = [], []
+    for s in prefill:
+        rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False)
+                        for n, c in chunks(s.prompt_tokens, chunk)))
+        y.append(s.ttft_s - r)
+    for s in decode:
+        kv = s.batch * (decode_context(s) + 1)
+        rows.append(_step_row(x, s.batch, s.batch, kv, kv, True))
+        y.append(s.step_s)
+    return np.array(rows), np.array(y, dtype=np.float64)
+
+
+def _nnls(a: np.ndarray, y: np.ndarray, free: list[int]) -> np.ndarray:
+    # least squares of relative errors over the columns in `free`, the others 0; a negative coefficient
+    # is fixed at 0 and the rest refitted (a small active set: 7 columns at most)
+    w = 1.0 / np.maximum(np.abs(y), 1e-9)
+    aw, yw = a * w[:, None], y * w
+    free = list(free)
+    while True:
+        x = np.zeros(a.shape[1])
+        sol, *_ = np.linalg.lstsq(aw[:, free], yw, rcond=None)
+        x[free] = sol
+        neg = [j for j in free if x[j] < 0]
+        if not neg:
+            return x
+        free.remove(min(neg, key=lambda j: x[j]))
+
+
+@dataclass
+class FitResult:
+    form: str
+    profile: Profile
+    coefficients: Coefficients
+    residuals: list[dict]          # one per sample: kind, shape, measured_ms, predicted_ms, error_rel
+    rms_rel: float
+    max_abs_rel: float
+    alternatives: dict[str, float]  # form -> rms_rel
+
+
+def _columns(form: str, decode) -> list[int]:
+    # the columns a form may use (the others are 0); per_seq and multi_token need two batch sizes.
+    # (In the compute form one-token decode steps give overhead + per_seq + kv, two-token ones add
+    # per_seq + multi_token, prefill steps pay overhead + per_seq + multi_token once each.)
+    cols = {"overhead", "per_token", "per_pair", "kv_per_token"}
+    if len({s.batch for s in decode}) > 1:
+        cols |= {"per_seq", "multi_token"} if form == "compute" else {"per_seq"}
+    if form == "roofline":
+        cols.add("weights")
+    return [_NAMES.index(c) for c in _NAMES if c in cols]
+
+
+def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLimits,
+        request_overhead_s: float = 0.0, name: str = "fitted", description: str = "") -> FitResult:
+    if len(prefill) < 3 or len({s.prompt_tokens for s in prefill}) < 3:
+        raise ValueError("the fit needs prefill samples of at least 3 prompt lengths")
+    if not decode:
+        raise ValueError("the fit needs decode samples")
+    results = {}
+    for form in ("roofline", "compute"):
+        cols = _columns(form, decode)
+        x, seen = None, []
+        for _ in range(8):  # refit until every sample sits on the branch of max() the fit makes active
+            a, y = _rows(x, prefill, decode, lim.max_num_batched_tokens, request_overhead_s)
+            branches = a[:, 2].tolist()
+            if branches in seen:
+                break
+            seen.append(branches)
+            x = _nnls(a, y, cols)
+        c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))), request_overhead=request_overhead_s)
+        prof = to_profile(c, lim, name, description)
+        res = residuals(prof, prefill, decode)
+        rms = math.sqrt(sum(r["error_rel"] ** 2 for r in res) / len(res))
+        results[form] = (prof, res, rms)
+    best = min(results, key=lambda f: results[f][2])
+    prof, res, rms = results[best]
+    return FitResult(best, prof, coefficients(prof), res, rms, max(abs(r["error_rel"]) for r in res),
+                     {f: round(v[2], 4) for f, v in results.items()})
+
+
+def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSample]) -> list[dict]:
+    out = []
+    for s in prefill:
+        pred = predicted_ttft_s(p, s.prompt_tokens)
+        out.append({"kind": "prefill", "prompt_tokens": s.prompt_tokens, "measured_ms": s.ttft_s * 1e3,
+                    "predicted_ms": pred * 1e3, "error_rel": (pred - s.ttft_s) / s.ttft_s})
+    for s in decode:
+        pred = predicted_step_s(p, s)
+        out.append({"kind": "decode", "batch": s.batch, "prompt_tokens": s.prompt_tokens,
+                    "measured_ms": s.step_s * 1e3, "predicted_ms": pred * 1e3,
+                    "error_rel": (pred - s.step_s) / s.step_s})
+    return out
+
+
+def to_toml(p: Profile, header: list[str]) -> str:
+    def num(v: float) -> str:  # full precision: a written profile predicts exactly what the fit did
+        return repr(int(v)) if isinstance(v, int) else repr(float(v))
+    lines = [f"# {h}" for h in header]
+    lines += [f"name = {json.dumps(p.name)}", f"model_name = {json.dumps(p.model_name)}",
+              f"description = {json.dumps(p.description)}",
+              f"max_model_len = {p.max_model_len}", "", "[model]"]
+    lines += [f"{k} = {num(getattr(p, k))}"
+              for k in ("params", "weight_bytes", "kv_bytes_per_token", "layers", "hidden")]
+    lines += ["", "[step]  # see loadgen/sim/profiles.py for the step-time model"]
+    lines += [f"{k} = {num(getattr(p, k))}" for k in (
+        "overhead_us", "per_seq_us", "weight_bandwidth_gb_s", "kv_bandwidth_gb_s", "compute_tflops",
+        "prefill_launch_us", "decode_launch_us", "multi_token_us", "request_overhead_us")]
+    lines += ["", "[engine]"]
+    lines += [f"{k} = {getattr(p, k)}" for k in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens")]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,190 @@
+"""Probes of a live server for `loadgen fit` (fit.py): what the server says about itself, and timed
+streams in two shapes. Times are client stamps (time.monotonic_ns) of reads, so every figure includes
+what a client sees (HTTP, tokenization, sampling), not only the engine's kernels.
+
+  limits   GET /props (llama.cpp: total_slots, default_generation_settings.n_ctx = tokens per slot) and
+           GET /v1/models (id; llama.cpp's meta: n_params, size in bytes)
+  prefill  one stream at a time on an idle server, prompt of P token ids, 1 output token:
+           PrefillSample(P, ttft_s = first token - request sent, server_prefill_s = llama.cpp's
+           timings.prompt_ms when the stream carries it)
+  decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
+           DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode)
+
+Prompts are lists of token ids (exact lengths, no tokenizer needed; ids drawn from [1000, 30000) so no
+byte-fallback or control token), each request's ids distinct (no prefix cache hit); requests ask
+`cache_prompt: false` and `ignore_eos: true` (llama.cpp; others ignore unknown fields or are told by
+--extra-body) and leave sampling to the server's defaults, as a workload without sampling fields does:
+sampling costs time per token on a CPU (llama.cpp's default sampler chain over a 32k vocabulary), so give
+the workload's own sampling fields with --extra-body. The whole probe is bounded by a deadline: each
+stream gets at most the time left.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import orjson
+
+from loadgen.client.backends.sse import SSEParser
+from loadgen.errors import LoadgenError
+
+
+class ProbeFailed(LoadgenError):
+    pass
+
+
+@dataclass(frozen=True)
+class PrefillSample:
+    prompt_tokens: int
+    ttft_s: float
+    server_prefill_s: float | None = None  # the server's own prompt time, if it says (llama.cpp timings)
+
+
+@dataclass(frozen=True)
+class DecodeSample:
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    step_s: float   # 10 %-trimmed mean gap between tokens while all `batch` streams decode
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    model: str
+    slots: int | None          # llama.cpp total_slots
+    ctx_per_slot: int | None   # llama.cpp default_generation_settings.n_ctx
+    n_params: int | None
+    size_bytes: int | None
+
+
+@dataclass
+class _Stream:
+    sent_ns: int = 0
+    token_ns: list[int] | None = None
+    completion_tokens: int | None = None
+    server_prompt_ms: float | None = None
+    first_ns: int | None = None  # the first chunk with a choice (a 1-token reply may be only its closing chunk)
+
+
+class Prober:
+    def __init__(self, url: str, deadline_s: float, extra_body: dict | None = None, seed: int = 0):
+        self.url = url.rstrip("/")
+        self.deadline_ns = time.monotonic_ns() + int(deadline_s * 1e9)
+        self.extra = {"ignore_eos": True, "cache_prompt": False, **(extra_body or {})}
+        self.rng = random.Random(seed)
+        self.model = ""
+        self.session: aiohttp.ClientSession | None = None
+        self.last_error = ""
+
+    async def __aenter__(self) -> "Prober":
+        # a new connection per request: llama-server may close one after a stream, and a reused
+        # connection closed under us fails the next request
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.session.close()
+
+    def left_s(self) -> float:
+        return (self.deadline_ns - time.monotonic_ns()) / 1e9
+
+    async def _get_json(self, path: str) -> dict | None:
+        try:
+            async with self.session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=5)) as r:
+                if r.status != 200:
+                    return None
+                return orjson.loads(await r.read())
+        except (aiohttp.ClientError, asyncio.TimeoutError, orjson.JSONDecodeError, ValueError) as e:
+            self.last_error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return None
+
+    async def limits(self) -> ServerLimits:
+        models = await self._get_json("/v1/models")
+        if not models or not models.get("data"):
+            why = self.last_error or "no model listed (is this an OpenAI-compatible server?)"
+            raise ProbeFailed(f"GET {self.url}/v1/models: {why}")
+        m = models["data"][0]
+        self.model = str(m.get("id", ""))
+        meta = m.get("meta") or {}
+        props = await self._get_json("/props") or {}
+        slots = props.get("total_slots")
+        ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+
+        def whole(v):
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+        return ServerLimits(self.model, whole(slots), whole(ctx), whole(meta.get("n_params")), whole(meta.get("size")))
+
+    def _ids(self, n: int) -> list[int]:
+        return [self.rng.randrange(1000, 30000) for _ in range(n)]
+
+    async def _stream(self, prompt_tokens: int, max_tokens: int) -> _Stream:
+        body = orjson.dumps({"model": self.model, "prompt": self._ids(prompt_tokens), "max_tokens": max_tokens,
+                             "stream": True, **self.extra})
+        left = self.left_s()
+        if left <= 0:
+            raise ProbeFailed("the probe ran out of its time budget (--budget)")
+        out = _Stream(token_ns=[])
+        parser = SSEParser()
+        try:
+            out.sent_ns = time.monotonic_ns()
+            async with self.session.post(self.url + "/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"},
+                                         timeout=aiohttp.ClientTimeout(total=left)) as r:
+                if r.status != 200:
+                    raise ProbeFailed(f"POST /v1/completions: HTTP {r.status}: {(await r.read())[:300]!r}")
+                async for data in r.content.iter_any():
+                    t = time.monotonic_ns()
+                    for ev in parser.feed(data):
+                        if ev.data == b"[DONE]":
+                            continue
+                        p = orjson.loads(ev.data)
+                        if (p.get("usage") or {}).get("completion_tokens") is not None:
+                            out.completion_tokens = p["usage"]["completion_tokens"]
+                        if isinstance((p.get("timings") or {}).get("prompt_ms"), (int, float)):
+                            out.server_prompt_ms = float(p["timings"]["prompt_ms"])
+                        ch = p.get("choices") or []
+                        # a token chunk: text, or none yet (llama.cpp holds back an incomplete UTF-8
+                        # character but still sends the token's chunk) and not the closing one
+                        if ch and out.first_ns is None:
+                            out.first_ns = t
+                        if ch and (ch[0].get("text") or ch[0].get("finish_reason") is None):
+                            out.token_ns.append(t)
+        except asyncio.TimeoutError:
+            raise ProbeFailed("the probe ran out of its time budget (--budget) inside a request") from None
+        except aiohttp.ClientError as e:
+            raise ProbeFailed(f"POST {self.url}/v1/completions: {e}") from None
+        if out.first_ns is None:
+            raise ProbeFailed(f"POST /v1/completions ({prompt_tokens}-token prompt): the stream carried no token")
+        return out
+
+    async def prefill(self, prompt_tokens: int) -> PrefillSample:
+        s = await self._stream(prompt_tokens, 1)
+        server = s.server_prompt_ms / 1e3 if s.server_prompt_ms is not None else None
+        return PrefillSample(prompt_tokens, (s.first_ns - s.sent_ns) / 1e9, server)
+
+    async def decode(self, batch: int, prompt_tokens: int, output_tokens: int) -> DecodeSample:
+        # Only the window where all `batch` streams are decoding counts (after the last first token,
+        # before the first last token): a stream admitted a step later must not charge its prefill to
+        # the others. The step time is the 10 %-trimmed mean gap in that window: a busy host's frequent
+        # slow steps are part of the engine's speed under load (a median would drop them), a rare
+        # descheduling of tens of ms is not.
+        streams = await asyncio.gather(*(self._stream(prompt_tokens, output_tokens) for _ in range(batch)))
+        for s in streams:
+            if len(s.token_ns) < 2:
+                raise ProbeFailed(f"decode probe: a stream of {output_tokens} tokens carried "
+                                  f"{len(s.token_ns)} token chunks")
+            n = s.completion_tokens or output_tokens
+            if n != output_tokens:
+                raise ProbeFailed(f"asked {output_tokens} output tokens, the server produced {n} "
+                                  "(it must honour ignore_eos, or be told with --extra-body)")
+        lo, hi = max(s.token_ns[0] for s in streams), min(s.token_ns[-1] for s in streams)
+        gaps = [b - a for s in streams for a, b in zip(s.token_ns, s.token_ns[1:]) if a >= lo and b <= hi]
+        if len(gaps) < 4:
+            raise ProbeFailed(f"decode probe ({batch} streams): the streams hardly overlapped ({len(gaps)} gaps)")
+        gaps.sort()
+        cut = len(gaps) // 10
+        kept = gaps[cut:len(gaps) - cut]
+        return DecodeSample(batch, prompt_tokens, output_tokens, sum(kept) / len(kept) / 1e9)
