@@ -27,11 +27,10 @@ chromium:
 	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
-# Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
+# Lint first (ruff, the import contracts), then the suite. pytest exits 5 when it collects nothing: make treats any
 # non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
 # LOADGEN_SKIP_E2E=1 skips them.
-test: install chromium
-	$(BIN)/ruff check loadgen tests
+test: install chromium lint
 	$(BIN)/python -m pytest
 	@if [ "$${LOADGEN_SKIP_E2E:-0}" = 1 ]; then echo "make test: e2e tests SKIPPED (LOADGEN_SKIP_E2E=1)"; \
 	else $(MAKE) --no-print-directory e2e; fi
@@ -64,8 +63,10 @@ report-demo: install
 bench: install
 	$(BIN)/python -m tests.bench
 
+# ruff, then the house's layers (import-linter contracts in pyproject.toml: no import runs upward).
 lint: install
 	$(BIN)/ruff check loadgen tests
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .pytest_cache
