@@ -8,6 +8,7 @@ import sys
 
 from aiohttp import web
 
+from loadgen.sim.truth import FLUSH_EVERY_S
 from loadgen.sim.clock import stop_ticker
 from loadgen.sim.openai_api import ChatCompletions, Completions
 from loadgen.sim.server import Sim, json_response
@@ -94,8 +95,6 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int, re
 
 
 async def _flush_truth_periodically(sim: Sim) -> None:
-    from loadgen.sim.truth import FLUSH_EVERY_S
-
     while True:
         await asyncio.sleep(FLUSH_EVERY_S)
         if sim.truth is not None:

@@ -40,6 +40,7 @@ from typing import Any
 
 import orjson
 
+FLUSH_EVERY_S = 1.0   # app.py flushes the journal and the step log this often, so a killed simulator leaves them
 COLUMNS = {  # name -> polars dtype name
     "request_id": "str", "arrival_ns": "i64", "scheduled_ns": "i64", "first_token_ns": "i64",
     "finish_ns": "i64", "queue_s": "f64", "prefill_s": "f64", "decode_s": "f64",

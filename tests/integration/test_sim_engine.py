@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
+import time
 
 import aiohttp
 import orjson
@@ -248,3 +249,22 @@ def test_prefix_caching_through_http(tmp_path):
     # b computes only its ~12 uncached prompt tokens: its prefill takes well under half of a's engine time
     assert engine_ttft_ns(rows["b"]) < engine_ttft_ns(rows["a"]) / 2, (engine_ttft_ns(rows["b"]),
                                                                        engine_ttft_ns(rows["a"]))
+
+
+def test_step_log_is_flushed_while_the_simulator_runs(tmp_path):
+    # The periodic flush (app.py, every truth.FLUSH_EVERY_S): a simulator killed mid-run leaves its steps.
+    from loadgen.sim.truth import FLUSH_EVERY_S
+
+    step_log = tmp_path / "steps.jsonl"
+    with SimProcess(args=["--profile", "tiny", "--speed", "0.5", "--step-log", str(step_log)]) as sim:
+        async def one():
+            async with session() as s:
+                await stream_completion(s, sim.url, {"prompt": words(32), "max_tokens": 8, "stream": True},
+                                        request_id="flush-0")
+
+        asyncio.run(one())
+        deadline = time.monotonic() + 10 * FLUSH_EVERY_S
+        while time.monotonic() < deadline and not step_log.read_bytes():
+            time.sleep(0.05)
+        lines = step_log.read_bytes().splitlines()  # read before the simulator stops (stopping flushes too)
+    assert lines and all("start_ns" in orjson.loads(line) for line in lines)
