@@ -1,7 +1,8 @@
-"""loadgen's exception tree. Exceptions are for input, configuration and programming errors; what happens
+"""loadgen's exit codes (ExitCode: every module returns these, `--help` and docs/cli.md show EXIT_TABLE)
+and its exception tree. Exceptions are for input, configuration and programming errors; what happens
 to a request (refused, reset, timed out, malformed) is data, recorded in its row (recorder.Outcome).
 
-    LoadgenError                 anything the CLI reports as `error: ...` with exit 2
+    LoadgenError                 anything the CLI reports as `error: ...` with exit 2 (ExitCode.USAGE)
     ├── InputError               bad input; .problems lists every problem found, each naming its source
     │   ├── ConfigError          workload file and flags (config.py)
     │   ├── TraceError           trace files, with file:line (traces.py)
@@ -13,6 +14,42 @@ to a request (refused, reset, timed out, malformed) is data, recorded in its row
                                  row's error_kind (`kind`) and error_detail, never reaches the user
 """
 from __future__ import annotations
+
+import textwrap
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What `loadgen` exits with. The meanings are EXIT_MEANINGS (the `--help` epilog, docs/cli.md)."""
+    OK = 0
+    ERROR = 1            # not returned on purpose: an uncaught exception (a bug) exits 1
+    USAGE = 2            # bad usage or input (InputError, LoadgenError, argparse)
+    INVALID = 3          # run: the run's numbers do not describe the asked workload
+    FAIL_IF = 4          # compare: a --fail-if rule held
+    INTERRUPTED = 130    # SIGINT/SIGTERM: 128 + SIGINT, also for SIGTERM (the run stops cleanly)
+
+
+EXIT_MEANINGS = {
+    ExitCode.OK: "ok (`run`: the run completed and is valid)",
+    ExitCode.ERROR: "an unexpected error, a bug (Python's own exit code for an uncaught exception): please "
+                    "report it with the traceback",
+    ExitCode.USAGE: "bad usage or input: every problem is listed at once, naming the file and key or the flag",
+    ExitCode.INVALID: "`run`: the run is invalid, its numbers do not describe the asked workload (the "
+                      "generator fell behind, no request reached the server, or the prompt lengths are not "
+                      "exact): the folder is complete, the reasons are in manifest.json and the report",
+    ExitCode.FAIL_IF: "`compare`: a `--fail-if` rule held",
+    ExitCode.INTERRUPTED: "interrupted (SIGINT/Ctrl-C or SIGTERM): the results folder is still complete and "
+                          "readable; a sweep keeps its finished points",
+}
+
+
+def exit_table() -> str:
+    """The `--help` epilog's exit codes (docs/cli.md holds the same lines as a table: a unit test checks)."""
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_MEANINGS.items():
+        text = meaning.replace("`", "")
+        lines += textwrap.wrap(text, 100, initial_indent=f"  {code.value:<5}", subsequent_indent=" " * 7)
+    return "\n".join(lines) + "\n"
 
 
 class LoadgenError(Exception):

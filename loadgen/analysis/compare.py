@@ -24,7 +24,6 @@ from loadgen.analysis.fail_if import Rule, evaluate, parse_fail_if
 from loadgen.results.folder import loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
-EXIT_FAIL_IF = 4
 LATENCY = ("ttft", "ttft_from_send", "tpot", "itl", "e2e")
 STATS = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "mean": None}
 DECOMP = ("queue", "prefill", "decode", "decode_stalls", "other")

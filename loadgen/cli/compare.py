@@ -2,18 +2,57 @@
 loadgen/analysis/compare.py)."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
-import orjson
+from loadgen.cli.common import RAW, SLO_HELP, slo
+from loadgen.errors import ExitCode
 
-from loadgen.analysis.compare import EXIT_FAIL_IF, CompareError, compare, to_text
-from loadgen.analysis.fail_if import FailIfError
-from loadgen.cli.sweep_args import ArgError, fraction
-from loadgen.results.folder import ResultsError
+COMPARE_EXAMPLES = """\
+examples:
+  loadgen compare results/vllm results/sglang
+  loadgen compare results/base results/new --fail-if "p99 ttft > +10%" --fail-if "throughput < -5%"
+  loadgen compare results/sweep-a results/sweep-b --format json
+"""
+
+
+def add_parser(sub) -> None:
+    cmp = sub.add_parser("compare", help="compare runs or sweeps: same-work check, CIs, verdicts",
+                         description="A is the baseline; each other input is compared with it.",
+                         epilog=COMPARE_EXAMPLES, formatter_class=RAW)
+    cmp.add_argument("inputs", nargs="+", metavar="RUN_OR_SWEEP", help="results folders or sweep folders (2+)")
+    cmp.add_argument("--format", choices=("text", "json"), default="text")
+    cmp.add_argument("--out", help="write the comparison to this file instead of stdout")
+    cmp.add_argument("--fail-if", action="append", default=[], metavar="RULE",
+                     help=f"e.g. 'p99 ttft > +10%%' or 'throughput < -5%%' or 'p50 itl > +2ms'; exit "
+                          f"{ExitCode.FAIL_IF.value} when a rule holds (repeatable)")
+    cmp.add_argument("--slo", help=SLO_HELP)
+    cmp.add_argument("--resamples", default="1000", help="bootstrap resamples (default 1000)")
+    cmp.add_argument("--seed", default="0", help="bootstrap seed (default 0)")
+    cmp.add_argument("--min-effect", default="5%", help="smaller changes are called indistinguishable even "
+                                                        "when resolved (default 5%%: run-to-run noise)")
+
+
+def command(args: argparse.Namespace) -> int:
+    from loadgen.analysis.compare import CompareError  # lazy: polars, numpy (a fast start)
+
+    try:
+        return compare_cli(args, slo(args))
+    except CompareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
 
 
 def compare_cli(args, slo_ms) -> int:
+    # lazy: the bootstrap and the results reader pull in polars, numpy (a fast start)
+    import orjson
+
+    from loadgen.analysis.compare import CompareError, compare, to_text
+    from loadgen.analysis.fail_if import FailIfError
+    from loadgen.cli.sweep_args import ArgError, fraction
+    from loadgen.results.folder import ResultsError
+
     try:
         resamples, seed = int(args.resamples), int(args.seed)
     except ValueError:
@@ -36,4 +75,4 @@ def compare_cli(args, slo_ms) -> int:
         for d in c["same_work"]["differences"]:
             print(f"WARNING: {c['b']} did not offer the same work as {result['baseline']}: {d['field']} differs",
                   file=sys.stderr)
-    return EXIT_FAIL_IF if result["failed_rules"] else 0
+    return ExitCode.FAIL_IF if result["failed_rules"] else ExitCode.OK

@@ -1,4 +1,4 @@
-"""The `fit` and `predict` commands' flags and handlers (cli.py dispatches here; docs/twin.md)."""
+"""The `fit` and `predict` commands' flags and handlers (cli/main.py dispatches here; docs/twin.md)."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from loadgen.errors import InputError
+from loadgen.errors import ExitCode, InputError
 
 
 def add_parsers(sub) -> None:
@@ -82,7 +82,7 @@ def fit_command(args: argparse.Namespace) -> int:
     report["profile"] = str(out)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
                      else to_text(res, report) + f"wrote {out}\n")
-    return 0
+    return ExitCode.OK
 
 
 def predict_command(args: argparse.Namespace) -> int:
@@ -99,4 +99,4 @@ def predict_command(args: argparse.Namespace) -> int:
         Path(args.out).write_bytes(orjson.dumps(d, option=orjson.OPT_INDENT_2))
     sys.stdout.write(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
                      else to_text(d))
-    return 0
+    return ExitCode.OK

@@ -39,12 +39,14 @@ from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_
                               ErrorKind, Recorder, Row, http_error_kind)
 from loadgen.client.offload import OFFLOAD_READS, in_worker
 from loadgen.client.transport import TransportError
+from loadgen.config.options import default
 
 
 class Runner:
     def __init__(self, rows: Sequence[Row], bodies: Sequence[bytes], backend, transport, clock,
                  recorder: Recorder, *, max_concurrency: int = 0,
-                 request_timeout_ns: int = 120_000_000_000, drain_timeout_ns: int = 30_000_000_000,
+                 request_timeout_ns: int = default("request_timeout_ns"),
+                 drain_timeout_ns: int = default("drain_timeout_ns"),
                  headers: dict[str, str] | None = None, next_body=None):
         self.rows, self.bodies = rows, bodies
         self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder

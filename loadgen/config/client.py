@@ -15,8 +15,9 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadgen.config.workload import ConfigError, RunConfig
+from loadgen.errors import ConfigError
 from loadgen.config.credentials import parse_header, redact_headers, split_url
+from loadgen.config.runconfig import RunConfig
 
 
 @dataclass(frozen=True)
@@ -25,25 +26,6 @@ class ClientOptions:
     insecure: bool = False
     ca_bundle: str | None = None
     overwrite: bool = False
-
-    @classmethod
-    def from_flags(cls, headers: list[str] | None, insecure: bool, ca_bundle: str | None,
-                   overwrite: bool) -> ClientOptions:
-        """Every problem at once, as ConfigError (exit 2)."""
-        problems, parsed = [], []
-        for h in headers or ():
-            try:
-                parsed.append(parse_header(h))
-            except ValueError as e:
-                problems.append(str(e))
-        if insecure and ca_bundle:
-            problems.append("--insecure and --ca-bundle: give one (no verification, or verification "
-                            "against the bundle)")
-        if ca_bundle and not Path(ca_bundle).is_file():
-            problems.append(f"--ca-bundle {ca_bundle}: no such file")
-        if problems:
-            raise ConfigError(problems)
-        return cls(tuple(parsed), insecure, ca_bundle, overwrite)
 
     def ssl_context(self) -> ssl.SSLContext | bool:
         """For aiohttp's `ssl=`: False turns verification off; a context verifies against the bundle."""
@@ -59,6 +41,24 @@ class ClientOptions:
     def manifest(self, headers: dict[str, str]) -> dict:
         return {"headers": redact_headers(headers),
                 "tls": {"verify": not self.insecure, "ca_bundle": self.ca_bundle}}
+
+
+def client_options(headers: list[str] | None = None, insecure: bool | None = None, ca_bundle: str | None = None,
+                   overwrite: bool | None = None) -> tuple[ClientOptions, list[str]]:
+    """The client rows of the option table (options.py) -> (ClientOptions, every problem, each naming its
+    flag). workload.load_run() validates them in the same round as the workload."""
+    problems, parsed = [], []
+    for h in headers or ():
+        try:
+            parsed.append(parse_header(h))
+        except ValueError as e:
+            problems.append(str(e))
+    if insecure and ca_bundle:
+        problems.append("--insecure and --ca-bundle: give one (no verification, or verification "
+                        "against the bundle)")
+    if ca_bundle and not Path(ca_bundle).is_file():
+        problems.append(f"--ca-bundle {ca_bundle}: no such file")
+    return ClientOptions(tuple(parsed), bool(insecure), ca_bundle, bool(overwrite)), problems
 
 
 def target_url_and_headers(config: RunConfig, opts: ClientOptions) -> tuple[str | None, dict[str, str]]:

@@ -1,131 +1,193 @@
-"""The command-line options of `run` and `schedule`, in one table: each flag's help, metavar, the commands
-that take it, and where its value goes. cli.py builds the parsers from it and config.load() applies the
-values, so a flag is added in one place.
+"""Every option of a run, one row each: its workload key (TOML) and/or its flag, the RunConfig field it
+sets, its kind (kinds.py: parser, check, unit), its default, its help. The row is the one owner of the
+default: RunConfig's field defaults are DEFAULTS (workload.py), `--help` appends "(default X)" from it,
+the self-check's limits read it, and a unit test holds docs/cli.md to it (tests/unit/test_options.py).
+Adding an option = one row + the code that uses its value.
 
 `key` is the workload key a flag overrides (`arrivals.rate`): its value is validated with the file's
-keys and a bad value is reported under the flag's name. Options with `key = None` are run options that no
-workload file holds (`field` names the RunConfig field); config.load() validates them too, so every
-problem is reported at once. `client` options say how to talk to the target (headers, TLS, --overwrite):
-client_options.ClientOptions takes them.
+keys and a bad value is reported under the flag's name. Rows with `key = None` are run options that no
+workload file holds; rows with `flag = None` are keys only a file sets. `client` rows say how to talk to
+the target (headers, TLS, --overwrite): config/client.py's ClientOptions takes them. `field` is the
+RunConfig field (dotted for a part: `arrivals.rate_per_s`); `default` is written as a user writes it
+("5ms") and `kind.parse` turns it into the field's value (5_000_000 ns).
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
+
+from loadgen.config import kinds
+from loadgen.config.kinds import DURATION, FLAG, PAUSE, POSITIVE, SLO, TEXT, WORDS, WORKERS, Kind
 
 RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
 RUNS = (RUN, SWEEP)                  # run options a sweep passes to every point
+APIS = ("completions", "chat")
+BACKENDS = ("openai", "ollama", "llamacpp")   # loadgen/client/backends/
+TOKENIZERS = ("auto", "server", "approximate", "local")
+TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
 
 
 @dataclass(frozen=True)
 class Option:
-    flag: str
+    flag: str | None
     help: str
-    key: str | None = None           # workload key it overrides
-    field: str | None = None         # RunConfig field of a run option (key is None)
+    key: str | None = None           # workload key (a flag overrides it)
+    field: str | None = None         # RunConfig field it sets (dotted: a part's field)
+    kind: Kind = TEXT
+    default: Any = None              # as a user writes it; None: no default (the file's, or absent)
     metavar: str | None = None
     commands: tuple[str, ...] = BOTH
     switch: bool = False             # a flag without a value (store_true)
+    invert: bool = False             # a switch that turns the field off (--no-calibrate)
     repeat: bool = False             # may be given several times (a list)
-    client: bool = False             # how to talk to the target (client_options.ClientOptions), not RunConfig
+    client: bool = False             # how to talk to the target (config/client.py), not RunConfig
     exclusive: str | None = None     # options sharing this name are mutually exclusive
-    default: str | None = None
 
     @property
     def dest(self) -> str:
-        return self.flag[2:].replace("-", "_")
+        return (self.flag or "")[2:].replace("-", "_")
+
+    @property
+    def value(self) -> Any:
+        """The field's default value (parsed: ns, a tuple, a bool)."""
+        if self.switch and self.default is None:
+            return self.invert
+        return None if self.default is None else self.kind.parse(self.default)
+
+    @property
+    def shown_default(self) -> str | None:
+        """The default as --help and docs/cli.md show it (switches: `off`)."""
+        if self.switch:
+            return "off"
+        return None if self.default is None else str(self.default)
+
+
+def _o(flag, help, **kw) -> Option:
+    return Option(flag, help, **kw)
 
 
 OPTIONS = (
-    Option("--model", "model name sent in every request", key="model", metavar="NAME"),
-    Option("--api", "completions | chat", key="api", metavar="API"),
-    Option("--backend", "server API family: openai | ollama | llamacpp (default openai)", key="backend",
-           metavar="NAME"),
-    Option("--rate", "arrival rate, e.g. 8/s", key="arrivals.rate", metavar="RATE"),
-    Option("--requests", "number of requests (replaces the file's duration)", key="run.requests", metavar="N",
-           exclusive="bound"),
-    Option("--duration", "schedule length, e.g. 60s (replaces the file's requests)", key="run.duration",
-           metavar="DURATION", exclusive="bound"),
-    Option("--prompt-tokens", "prompt length: N or MIN..MAX (uniform)", key="prompt.tokens", metavar="N"),
-    Option("--max-tokens", "output tokens: N or MIN..MAX (uniform)", key="output.tokens", metavar="N"),
-    Option("--warmup-requests", "the first N requests are sent but left out of statistics",
-           key="run.warmup_requests", metavar="N"),
-    Option("--seed", "seed of every random draw of the plan", key="seed", metavar="N"),
-    Option("--trace", "replay this trace file (replaces the workload's arrivals and lengths)", key="trace.file",
-           metavar="FILE"),
-    Option("--trace-format", "azure | mooncake | burstgpt | jsonl (sniffed when omitted)", key="trace.format",
-           metavar="FORMAT"),
-    Option("--time-scale", "trace replay speed: offsets x this (2 = half speed)", key="trace.time_scale",
-           metavar="X"),
-    Option("--skip-bad-rows", "drop bad trace rows and count them in the manifest instead of failing",
-           key="trace.skip_bad_rows", switch=True),
-    Option("--max-concurrency", "at most N requests in flight; later ones wait (recorded as slot_wait)",
-           key="run.max_concurrency", metavar="N", commands=RUNS),
-    Option("--request-timeout", "cut a request off after this long, e.g. 30s (default 120s)",
-           key="run.request_timeout", metavar="DURATION", commands=RUNS),
-    Option("--max-send-lag-p99", "send-lag p99 above which the run is invalid (default 5ms)",
-           key="run.max_send_lag_p99", metavar="DURATION", commands=RUNS),
-    Option("--max-rate-deviation", "achieved vs offered rate (relative) beyond which the run is invalid "
-           "(default 0.02)", key="run.max_rate_deviation", metavar="FRACTION", commands=RUNS),
-    Option("--max-cv-deviation", "dispatch-gap CV vs the plan's (absolute) beyond which the run is invalid "
-           "(default 0.1)", key="run.max_cv_deviation", metavar="X", commands=RUNS),
-    Option("--concurrency", "closed loop: N virtual users, each sending when its previous reply ends (needs "
-           "--requests; the rate is ignored)", key="run.concurrency", metavar="N", commands=(RUN,)),
-    Option("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
-           metavar="DURATION", commands=(RUN,)),
+    _o("--model", "model name sent in every request (asked of the target's /v1/models when absent)",
+       key="model", field="model", metavar="NAME"),
+    _o("--api", "completions | chat", key="api", field="api", kind=kinds.choice(APIS), default="completions",
+       metavar="API"),
+    _o("--backend", "server API family: openai | ollama | llamacpp", key="backend", field="backend",
+       kind=kinds.choice(BACKENDS), default="openai", metavar="NAME"),
+    _o("--rate", "arrival rate, e.g. 8/s", key="arrivals.rate", field="arrivals.rate_per_s",
+       kind=kinds.custom("rate", "per_s"), metavar="RATE"),
+    _o("--requests", "number of requests (replaces the file's duration)", key="run.requests", field="requests",
+       kind=kinds.integer(1), metavar="N", exclusive="bound"),
+    _o("--duration", "schedule length, e.g. 60s (replaces the file's requests)", key="run.duration",
+       field="duration_ns", kind=DURATION, metavar="DURATION", exclusive="bound"),
+    _o("--prompt-tokens", "prompt length: N or MIN..MAX (uniform)", key="prompt.tokens", field="prompt_tokens",
+       kind=kinds.custom("lengths"), metavar="N"),
+    _o("--max-tokens", "output tokens: N or MIN..MAX (uniform)", key="output.tokens", field="output_tokens",
+       kind=kinds.custom("lengths"), metavar="N"),
+    _o("--warmup-requests", "the first N requests are sent but left out of statistics",
+       key="run.warmup_requests", field="warmup_requests", kind=kinds.integer(0), default=0, metavar="N"),
+    _o("--seed", "seed of every random draw of the plan", key="seed", field="seed", kind=kinds.integer(0),
+       default=0, metavar="N"),
+    _o("--trace", "replay this trace file (replaces the workload's arrivals and lengths)", key="trace.file",
+       field="trace.file", kind=kinds.custom("file"), metavar="FILE"),
+    _o("--trace-format", "azure | mooncake | burstgpt | jsonl (sniffed when omitted)", key="trace.format",
+       field="trace.format", kind=kinds.choice(TRACE_FORMATS), metavar="FORMAT"),
+    _o("--time-scale", "trace replay speed: offsets x this (2 = half speed)", key="trace.time_scale",
+       field="trace.time_scale", kind=POSITIVE, metavar="X"),
+    _o("--skip-bad-rows", "drop bad trace rows and count them in the manifest instead of failing",
+       key="trace.skip_bad_rows", field="trace.skip_bad_rows", kind=FLAG, switch=True),
+    _o("--max-concurrency", "at most N requests in flight; later ones wait (recorded as slot_wait)",
+       key="run.max_concurrency", field="max_concurrency", kind=kinds.integer(0), default=0, metavar="N",
+       commands=RUNS),
+    _o("--request-timeout", "cut a request off after this long, e.g. 30s", key="run.request_timeout",
+       field="request_timeout_ns", kind=DURATION, default="120s", metavar="DURATION", commands=RUNS),
+    _o(None, "after the last intended send, in-flight requests get this long", key="run.drain_timeout",
+       field="drain_timeout_ns", kind=DURATION, default="30s", commands=()),
+    _o("--max-send-lag-p99", "send-lag p99 above which the run is invalid", key="run.max_send_lag_p99",
+       field="max_send_lag_p99_ns", kind=DURATION, default="5ms", metavar="DURATION", commands=RUNS),
+    _o("--max-rate-deviation", "achieved vs offered rate (relative) beyond which the run is invalid",
+       key="run.max_rate_deviation", field="max_rate_deviation", kind=POSITIVE, default=0.02,
+       metavar="FRACTION", commands=RUNS),
+    _o("--max-cv-deviation", "dispatch-gap CV vs the plan's (absolute) beyond which the run is invalid",
+       key="run.max_cv_deviation", field="max_cv_deviation", kind=POSITIVE, default=0.1, metavar="X",
+       commands=RUNS),
+    _o("--concurrency", "closed loop: N virtual users, each sending when its previous reply ends (needs "
+       "--requests; the rate is ignored)", key="run.concurrency", field="concurrency", kind=kinds.integer(0),
+       default=0, metavar="N", commands=(RUN,)),
+    _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
+       field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
+    _o(None, "how prompt lengths are counted: auto | server | approximate | local", key="prompt.tokenizer",
+       field="tokenizer", kind=kinds.choice(TOKENIZERS), default="auto", commands=()),
     # run options: no workload file holds them
-    Option("--url", "server base URL; without it the built-in simulator is started", field="url",
-           metavar="URL", commands=RUNS),
-    Option("--out", "results folder (default results/NAME-TIMESTAMP)", field="out", metavar="DIR",
-           commands=(RUN,)),
-    Option("--sim-args", "flags for the built-in simulator, e.g. '--ttft 20ms' (split as a shell would)",
-           field="sim_args", metavar="ARGS", commands=RUNS),
-    Option("--no-calibrate", "skip the idle-server probes; without server timings the report then cannot "
-           "split TTFT into queue and prefill", field="calibrate", switch=True, commands=RUNS),
-    Option("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics",
-           switch=True, commands=RUNS),
-    Option("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
-           "see docs/scale-out.md", field="workers", metavar="N|auto", commands=(RUN,)),
-    Option("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "
-           "here); needs pip install 'loadgen[ray]'", field="ray", metavar="auto|ADDRESS", commands=(RUN,)),
-    Option("--scrape-interval", "scrape period (default 500ms)", field="scrape_interval_ns", metavar="DURATION",
-           commands=RUNS),
-    Option("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: attainment "
-           "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest", field="slo",
-           metavar="SPEC", commands=RUNS),
-    Option("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",
-           field="overwrite", switch=True, commands=(RUN,), client=True),
-    # how to talk to the target (client_options.py)
-    Option("--header", "send this header with every request (repeatable; secret-looking values are redacted)",
-           field="headers", metavar="'K: V'", repeat=True, commands=(RUN,), client=True),
-    Option("--insecure", "https: do not verify the server's certificate", field="insecure", switch=True,
-           commands=(RUN,), client=True),
-    Option("--ca-bundle", "https: verify the server against this CA file", field="ca_bundle", metavar="FILE",
-           commands=(RUN,), client=True),
+    _o("--url", "server base URL; without it the built-in simulator is started", field="url",
+       kind=kinds.custom("URL"), metavar="URL", commands=RUNS),
+    _o("--out", "results folder (default results/NAME-TIMESTAMP)", field="out", kind=kinds.custom("folder"),
+       metavar="DIR", commands=(RUN,)),
+    _o("--sim-args", "flags for the built-in simulator, e.g. '--ttft 20ms' (split as a shell would)",
+       field="sim_args", kind=WORDS, default="", metavar="ARGS", commands=RUNS),
+    _o("--no-calibrate", "skip the idle-server probes; without server timings the report then cannot "
+       "split TTFT into queue and prefill", field="calibrate", kind=FLAG, switch=True, invert=True,
+       commands=RUNS),
+    _o("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics", kind=FLAG,
+       switch=True, commands=RUNS),
+    _o("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
+       "see docs/scale-out.md", field="workers", kind=WORKERS, default=1, metavar="N|auto", commands=(RUN,)),
+    _o("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "
+       "here); needs pip install 'loadgen[ray]'", field="ray", kind=kinds.custom("address"),
+       metavar="auto|ADDRESS", commands=(RUN,)),
+    _o("--scrape-interval", "scrape period", field="scrape_interval_ns", kind=DURATION, default="500ms",
+       metavar="DURATION", commands=RUNS),
+    _o("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: attainment "
+       "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest", field="slo",
+       kind=SLO, metavar="SPEC", commands=RUNS),
+    _o("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",
+       field="overwrite", kind=FLAG, switch=True, commands=(RUN,), client=True),
+    # how to talk to the target (config/client.py)
+    _o("--header", "send this header with every request (repeatable; secret-looking values are redacted)",
+       field="headers", kind=kinds.custom("'K: V'"), metavar="'K: V'", repeat=True, commands=(RUN,),
+       client=True),
+    _o("--insecure", "https: do not verify the server's certificate", field="insecure", kind=FLAG, switch=True,
+       commands=(RUN,), client=True),
+    _o("--ca-bundle", "https: verify the server against this CA file", field="ca_bundle",
+       kind=kinds.custom("file"), metavar="FILE", commands=(RUN,), client=True),
 )
-BY_FLAG = {o.flag: o for o in OPTIONS}
-FLAG_KEYS = {o.flag: o.key for o in OPTIONS if o.key}
+BY_FLAG = {o.flag: o for o in OPTIONS if o.flag}
+BY_KEY = {o.key: o for o in OPTIONS if o.key}
+BY_FIELD = {o.field: o for o in OPTIONS if o.field and not o.client}
+FLAG_KEYS = {o.flag: o.key for o in OPTIONS if o.flag and o.key}
+
+
+def default(field: str) -> Any:
+    """The default value of a RunConfig field (or a part's, dotted) as the table has it."""
+    return BY_FIELD[field].value
+
+
+def help_text(o: Option) -> str:
+    shown = None if o.switch else o.shown_default
+    # argparse formats help with %: a literal % in a row's help must be doubled
+    return o.help.replace("%", "%%") + (f" (default {shown})" if shown not in (None, "") else "")
 
 
 def add_options(parser: argparse.ArgumentParser, command: str) -> None:
     groups: dict[str, argparse._MutuallyExclusiveGroup] = {}
     for o in OPTIONS:
-        if command not in o.commands:
+        if o.flag is None or command not in o.commands:
             continue
-        target = parser
+        target: Any = parser
         if o.exclusive:
             if o.exclusive not in groups:
                 groups[o.exclusive] = parser.add_mutually_exclusive_group()
             target = groups[o.exclusive]
+        # default None: "not given", so the file's value (or the row's default) applies (values())
         if o.switch:
-            target.add_argument(o.flag, action="store_true", default=None, help=o.help)
+            target.add_argument(o.flag, action="store_true", default=None, help=help_text(o))
         elif o.repeat:
-            target.add_argument(o.flag, action="append", metavar=o.metavar, help=o.help)
+            target.add_argument(o.flag, action="append", metavar=o.metavar, help=help_text(o))
         else:
-            target.add_argument(o.flag, metavar=o.metavar, help=o.help, default=o.default)
+            target.add_argument(o.flag, metavar=o.metavar, help=help_text(o))
 
 
 def values(args: argparse.Namespace) -> dict[str, object]:
     """{flag: value} of the options of args.command (None = not given)."""
-    return {o.flag: getattr(args, o.dest, None) for o in OPTIONS if args.command in o.commands}
+    return {o.flag: getattr(args, o.dest, None) for o in OPTIONS if o.flag and args.command in o.commands}

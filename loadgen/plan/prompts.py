@@ -12,7 +12,7 @@ Tokenizers (chosen by `prompt.tokenizer`, recorded in the manifest):
 Whole prompts vs parts: `text(n, rng, whole=True)` makes the request's entire prompt, counted by
 `count_prompt` (what the server's usage will say); parts of a prompt (shared prefixes, blocks, session
 turns) are counted alone by `count`. `verdict()` says whether a run's lengths are exact; a run whose
-lengths are not exact says so on stderr, in the manifest and report, and exits EXIT_INEXACT (4) unless
+lengths are not exact says so on stderr, in the manifest and report, and exits ExitCode.INVALID (3) unless
 `prompt.tokenizer = "approximate"` was asked for.
 
 Synthetic text: words of 2-letter syllables drawn without repetition from 16^5 = 1,048,576 distinct

@@ -25,6 +25,8 @@ import aiohttp
 import polars as pl
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.config.options import default
+
 SERVERS = ("vllm", "sglang", "llamacpp", "tgi")
 NAMES: dict[str, tuple[str | None, ...]] = {  # concept -> names in SERVERS order
     "requests_running": ("vllm:num_requests_running", "sglang:num_running_reqs",
@@ -70,7 +72,7 @@ def frame(rows: list[tuple[int, str, str, float]]) -> pl.DataFrame:
 
 
 class Scraper:
-    def __init__(self, base_url: str, t0_ns: int, interval_ns: int = 500_000_000,
+    def __init__(self, base_url: str, t0_ns: int, interval_ns: int = default("scrape_interval_ns"),
                  headers: dict[str, str] | None = None, tls=True, *, now_ns=time.monotonic_ns):
         self.now_ns = now_ns
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"

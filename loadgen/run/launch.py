@@ -26,7 +26,7 @@ import ssl
 import sys
 import time
 from array import array
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -36,11 +36,12 @@ import polars as pl
 import uvloop
 
 from loadgen import __version__, metrics
+from loadgen.errors import ExitCode
 from loadgen.run import selfcheck
 from loadgen.client.backends import make_backend
 from loadgen.config.client import ClientOptions, target_url_and_headers
 from loadgen.client.clock import Clock, TimerfdClock, make_clock
-from loadgen.config.workload import ConfigError, RunConfig, redact_url
+from loadgen.config.workload import ConfigError, RunConfig, redact_url, with_overrides
 from loadgen.probe.discover import DISCOVER_TIMEOUT_S, discover_model
 from loadgen.plan.bodies import Bodies
 from loadgen.plan.datasets import load_sharegpt
@@ -63,7 +64,6 @@ from loadgen.plan.schedule import Schedule, build
 from loadgen.sim.process import SimProcess
 from loadgen.client.transport import AiohttpTransport
 
-EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
 FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
 SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
@@ -80,7 +80,7 @@ class RunOutcome:
 
     @property
     def exit_code(self) -> int:
-        return {"complete": EXIT_OK, "invalid": EXIT_INVALID}.get(self.status, EXIT_INTERRUPTED)
+        return {"complete": ExitCode.OK, "invalid": ExitCode.INVALID}.get(self.status, ExitCode.INTERRUPTED)
 
 
 def default_out(config: RunConfig) -> Path:
@@ -132,7 +132,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
             _say(progress, f"started the built-in simulator at {url}")
         if not config.model:
             _say(progress, f"model not given: asking {redact_url(url)}/v1/models (up to {DISCOVER_TIMEOUT_S:g}s)")
-            config = replace(config, model=discover_model(url, headers, client.ssl_context()))
+            config = with_overrides(config, "/v1/models", model=discover_model(url, headers, client.ssl_context()))
             _say(progress, f"model: {config.model} (the one the target serves)")
         backend = make_backend(config.backend, config.api, config.model, config.extra_body)
         # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
@@ -456,7 +456,7 @@ def _say_lengths(out: TextIO | None, lengths: dict) -> None:
         _say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
     else:
         _say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
-                                f"invalid, exit code {EXIT_INVALID}, unless prompt.tokenizer = \"approximate\")")
+                                f"invalid, exit code {ExitCode.INVALID:d}, unless prompt.tokenizer = \"approximate\")")
 
 
 def _say(out: TextIO | None, text: str) -> None:

@@ -17,7 +17,6 @@ Requires `pip install 'loadgen[ray]'`; without Ray, `--ray` is refused (exit 2) 
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
 import sys
@@ -28,7 +27,7 @@ from typing import TextIO
 
 import numpy as np
 
-from loadgen.config.workload import RunConfig
+from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import build
 from loadgen.run.workers import Part, PartWriter, _finish, assign, count_for
 
@@ -135,7 +134,7 @@ def run_ray(config: RunConfig, progress: TextIO | None = sys.stderr):
 
     schedule = build(config)
     n = count_for(config, schedule)
-    config = dataclasses.replace(config, workers=n, out=str(config.out or default_out(config)))
+    config = with_overrides(config, "--ray", workers=n, out=str(config.out or default_out(config)))
     owner = assign(schedule, n)
     writer = RunWriter(config.out)
     writer.prepare()
@@ -156,7 +155,7 @@ def run_ray(config: RunConfig, progress: TextIO | None = sys.stderr):
             offset_ns, rtt_ns = measure_offset(a)
             nodes.append({"worker": w, **ray.get(a.node.remote()), "offset_ms": offset_ns / 1e6,
                           "rtt_ms": rtt_ns / 1e6})
-        calls = [a.run.remote(config if w == 0 else dataclasses.replace(config, calibrate=False),
+        calls = [a.run.remote(config if w == 0 else with_overrides(config, "--ray", calibrate=False),
                               np.flatnonzero(owner == w), w, run_id, url, sim is not None, coordinator,
                               round(nodes[w]["offset_ms"] * 1e6))
                  for w, a in enumerate(actors)]

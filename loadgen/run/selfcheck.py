@@ -30,10 +30,12 @@ import numpy as np
 import polars as pl
 
 from loadgen import metrics
+from loadgen.config.options import default
 
-MAX_SEND_LAG_P99_NS = 5_000_000
-RATE_TOLERANCE = 0.02
-CV_TOLERANCE = 0.10
+# The defaults are the option table's (config/options.py), the one place they are written.
+MAX_SEND_LAG_P99_NS = default("max_send_lag_p99_ns")
+RATE_TOLERANCE = default("max_rate_deviation")
+CV_TOLERANCE = default("max_cv_deviation")
 MIN_GAPS = 50
 ADVICE = "add workers or lower the rate"
 

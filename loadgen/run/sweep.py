@@ -45,6 +45,7 @@ from loadgen.analysis.explain import ExplainOptions
 from loadgen.analysis.knee import KNEE_TOLERANCE, TTFT_FACTOR, keeps_up, knee, meets_attainment
 from loadgen.analysis.report_summary import build
 from loadgen.config.workload import RunConfig, with_overrides
+from loadgen.errors import ExitCode
 from loadgen.metrics import fitted_rate_per_s
 from loadgen.results.folder import read_run, write_json
 
@@ -148,7 +149,7 @@ class SweepOutcome:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.status == "complete" else 130
+        return ExitCode.OK if self.status == "complete" else ExitCode.INTERRUPTED
 
 
 def check_config(config: RunConfig) -> None:
@@ -177,6 +178,9 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
     from loadgen.run.launch import run_workload
 
     check_config(config)
+    for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
+        if r is not None:
+            with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
     run_point = run_point or run_workload
     out = Path(out)
     manifest = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
@@ -217,7 +221,7 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
             if folder.exists():
                 shutil.rmtree(folder)  # an unfinished point of an interrupted sweep: measured again
             _say(progress, f"sweep: point {len(records) + 1} at {r:g}/s -> {folder}")
-            cfg = with_overrides(config, arrivals=replace(config.arrivals, rate_per_s=r), out=str(folder))
+            cfg = with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r), out=str(folder))
             outcome = run_point(cfg, progress=progress)
             entry = {"rate_per_s": r, "dir": point_dir(r), "status": outcome.status}
             manifest["points"].append(entry)

@@ -21,7 +21,6 @@ rate x mean max_tokens), at most one per CPU; one worker is the ordinary single-
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import multiprocessing as mp
 import os
@@ -38,7 +37,7 @@ import polars as pl
 
 from loadgen.run import selfcheck
 from loadgen.config.client import ClientOptions, target_url_and_headers
-from loadgen.config.workload import RunConfig
+from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.client.recorder import DROPPED
 from loadgen.results.folder import PARTS, REQUEST_SCHEMA, TOKEN_SCHEMA, RunWriter, write_json, write_parquet
 from loadgen.plan.schedule import Schedule, build
@@ -137,7 +136,7 @@ def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool, cli
     outcome = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
         _run(config, schedule, backend, bodies, writer, url, builtin_sim, None, shaper, info, (client, headers),
              part=part))
-    sys.exit({"complete": 0, "invalid": 3}.get(outcome.status, 130))
+    sys.exit(outcome.exit_code)
 
 
 def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client: ClientOptions | None = None):
@@ -146,7 +145,7 @@ def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client:
 
     schedule = build(config)
     n = count_for(config, schedule)
-    config = dataclasses.replace(config, workers=n, out=str(config.out or default_out(config)))
+    config = with_overrides(config, "--workers", workers=n, out=str(config.out or default_out(config)))
     client = client or ClientOptions()
     if n == 1:
         return run_workload(config, progress, client)
@@ -165,7 +164,7 @@ def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client:
         for w in range(n):
             parent, child = ctx.Pipe()
             part = Part(w, np.flatnonzero(owner == w), run_id, child)
-            cfg = config if w == 0 else dataclasses.replace(config, calibrate=False)
+            cfg = config if w == 0 else with_overrides(config, "--workers", calibrate=False)
             p = ctx.Process(target=_worker_main, args=(cfg, part, url, sim is not None, client),
                             name=f"loadgen-worker-{w}")
             p.start()

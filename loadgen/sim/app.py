@@ -8,6 +8,7 @@ import sys
 
 from aiohttp import web
 
+from loadgen.errors import ExitCode
 from loadgen.sim.truth import FLUSH_EVERY_S
 from loadgen.sim.clock import stop_ticker
 from loadgen.sim.openai_api import ChatCompletions, Completions
@@ -91,7 +92,7 @@ async def serve_forever(sim: Sim, app: web.Application, host: str, port: int, re
         await asyncio.wait_for(runner.cleanup(), 2.0)
     except (asyncio.TimeoutError, Exception):
         pass
-    return 0
+    return ExitCode.OK
 
 
 async def _flush_truth_periodically(sim: Sim) -> None:

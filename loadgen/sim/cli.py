@@ -7,6 +7,7 @@ import sys
 from loadgen.sim.faults import __doc__ as FAULTS_DOC
 from loadgen.sim.faults import parse_faults
 from loadgen.config.units import parse_duration_ns
+from loadgen.errors import ExitCode
 
 EPILOG = """\
 token rule: a token is a maximal run of non-whitespace characters; output token i is "tok ".
@@ -24,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # usage errors: a clear line, exit 2, no traceback
         self.print_usage(sys.stderr)
         print(f"loadgen sim: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(ExitCode.USAGE)
 
 
 def _positive_int(text: str) -> int:
@@ -135,7 +136,7 @@ def main(argv: list[str]) -> int:
     if errors:  # every bad flag at once
         for e in errors:
             print(f"loadgen sim: error: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     from loadgen.sim.multi import child_config
 
     child = child_config()
@@ -155,7 +156,7 @@ def main(argv: list[str]) -> int:
         return loop.run_until_complete(serve_forever(sim, app, args.host, port, reuse_port=child is not None))
     except OSError as e:
         print(f"loadgen sim: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     finally:
         loop.close()
 
@@ -163,7 +164,7 @@ def main(argv: list[str]) -> int:
 def _bad_file(e: OSError | ValueError) -> int:
     # a truth / profile / step-log file that cannot be opened, or a bad name for one: exit 2, no traceback
     print(f"loadgen sim: error: {f'{e.filename}: {e.strerror}' if isinstance(e, OSError) else e}", file=sys.stderr)
-    return 2
+    return ExitCode.USAGE
 
 
 def _run_parent(argv: list[str], args) -> int:
@@ -182,7 +183,7 @@ def _run_parent(argv: list[str], args) -> int:
         sock = reserve_port(args.host, args.port)
     except OSError as e:
         print(f"loadgen sim: error: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         return asyncio.run(run_parent(argv, args.host, sock.getsockname()[1], args.processes))
     finally:

@@ -1,0 +1,63 @@
+"""`loadgen report RUN_DIR`: summarize and explain a results folder (also a sweep's or a comparison's page)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from loadgen.cli.common import EXAMPLES, RAW, SLO_HELP, slo
+from loadgen.errors import ExitCode
+
+
+def add_parser(sub) -> None:
+    rep = sub.add_parser("report", help="summarize a results folder", epilog=EXAMPLES, formatter_class=RAW)
+    rep.add_argument("run_dir")
+    rep.add_argument("--format", choices=("text", "json", "html", "md"), default="text",
+                     help="html: one self-contained file with plots (docs/html-report.md); md: for issues and PRs")
+    rep.add_argument("--out", help="write the report to this file instead of stdout")
+    rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
+    rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
+    rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
+    rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
+    rep.add_argument("--slo", help=SLO_HELP)
+
+
+def command(args: argparse.Namespace) -> int:
+    # lazy: analysis and report pull in polars, numpy (a fast start for the other commands)
+    from loadgen.analysis.explain import ExplainOptions
+    from loadgen.analysis.report_summary import build
+    from loadgen.config.units import parse_duration_ns
+    from loadgen.report import to_json, to_text
+
+    if args.format in ("html", "md"):  # a sweep's or a comparison's page
+        from loadgen.report.pages import render_sweep_or_compare
+
+        page = render_sweep_or_compare(args.run_dir, args.format)
+        if page is not None:
+            Path(args.out).write_text(page) if args.out else sys.stdout.write(page)
+            return ExitCode.OK
+    if bool(args.device or args.bandwidth) != bool(args.model_config):
+        print("error: the roofline needs --model-config and one of --device / --bandwidth", file=sys.stderr)
+        return ExitCode.USAGE
+    slo_ms = slo(args)
+    try:
+        try:
+            window_ns = parse_duration_ns(args.window)
+        except ValueError as e:
+            raise ValueError(f"--window: {e}") from None
+        opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
+        # summary, explanation, goodput; writes summary.json and decomposition.parquet
+        run, summary, decomposition = build(args.run_dir, opts, slo_ms)
+    except ValueError as e:  # RooflineError is one
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+    text = to_json(summary) if args.format == "json" else to_text(summary)
+    if args.format in ("html", "md"):
+        from loadgen.report.pages import render_run_page
+
+        text = render_run_page(args.format, summary, run, decomposition)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return ExitCode.OK

@@ -1,0 +1,28 @@
+"""`loadgen run WORKLOAD`: offer a workload to a server and record every request."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from loadgen.cli.common import EXAMPLES, RAW, workload_config
+from loadgen.config.options import add_options
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser("run", help="offer a workload to a server and record every request",
+                         epilog=EXAMPLES, formatter_class=RAW)
+    run.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    add_options(run, "run")
+    run.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def command(args: argparse.Namespace) -> int:
+    from loadgen.run.launch import run_workload  # lazy: the launcher pulls in the client (a fast start)
+
+    cfg, client = workload_config(args)
+    outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
+    if args.quiet:  # without progress lines, why a run failed must still be said
+        for reason in outcome.invalid_reasons:
+            print(f"INVALID RUN: {reason}", file=sys.stderr)
+    print(outcome.path)
+    return outcome.exit_code

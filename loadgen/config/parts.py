@@ -1,0 +1,150 @@
+"""The optional sections of a workload ([trace], [[mix]], [prefix], [session]), the run options no
+workload file holds (--url, --sim-args, --workers, ...), and the rules across sections. Each validates
+itself through the Reader as sections.py's do, appending every problem it finds."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadgen.config.credentials import url_problems
+from loadgen.config.kinds import _is_number
+from loadgen.config.lengths import Lengths
+from loadgen.config.options import OPTIONS, TRACE_FORMATS
+from loadgen.config.runconfig import MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
+from loadgen.config.sections import Reader
+from loadgen.config.units import parse_duration_ns
+
+
+def trace(r: Reader) -> TraceSpec | None:
+    """[trace]: replay a trace file (its arrivals, and unless lengths = false its lengths)."""
+    t = r.raw.get("trace")
+    if not isinstance(t, dict):
+        return None
+    f = t.get("file")
+    path = ""
+    if f is None:
+        r.bad("trace.file", "missing: a [trace] table (or --time-scale, --trace-format, --skip-bad-rows) "
+              "needs a trace file: set trace.file or pass --trace FILE")
+    elif not isinstance(f, str) or not f:
+        r.bad("trace.file", f"must be a file name, got {f!r}")
+    else:
+        p = Path(f) if Path(f).is_absolute() else r.base_dir / f
+        if not p.is_file():
+            r.bad("trace.file", f"no such file {str(p)!r}")
+        path = str(p)
+    fmt = t.get("format", "")
+    if fmt not in ("", *TRACE_FORMATS):
+        r.bad("trace.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
+        fmt = ""
+    ts = t.get("time_scale")
+    if ts is not None and (not _is_number(ts) or not ts > 0):
+        r.bad("trace.time_scale", f"must be a number > 0, got {ts!r}")
+        ts = None
+    rate = r.rate("trace.rate", t["rate"]) if "rate" in t else None
+    if ts is not None and rate is not None:
+        r.bad("trace", "give time_scale or rate, not both")
+    start_ns = 0
+    if "start" in t:
+        try:
+            start_ns = parse_duration_ns(t["start"])
+        except ValueError as e:
+            r.bad("trace.start", str(e))
+    limit = t.get("limit")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        r.bad("trace.limit", f"must be an integer >= 1, got {limit!r}")
+        limit = None
+    skip = r.option("trace.skip_bad_rows")
+    lengths = t.get("lengths", True)
+    if not isinstance(lengths, bool):
+        r.bad("trace.lengths", f"must be true or false, got {lengths!r}")
+        lengths = True
+    return TraceSpec(path, fmt, None if ts is None else float(ts), rate, start_ns, limit, skip, lengths)
+
+
+def mix(r: Reader) -> tuple[MixClass, ...]:
+    """[[mix]]: joint classes, each a weight and its prompt and output lengths."""
+    m = r.raw.get("mix")
+    if m is None:
+        return ()
+    if not isinstance(m, list) or not m:
+        r.bad("mix", "must be one or more [[mix]] tables")
+        return ()
+    classes, total = [], 0.0
+    for i, c in enumerate(m):
+        k = f"mix[{i}]"
+        if not isinstance(c, dict):
+            r.bad(k, "must be a table with weight, prompt, output")
+            continue
+        for extra in sorted(set(c) - {"weight", "prompt", "output", "name"}):
+            r.bad(f"{k}.{extra}", "unknown key (expected weight, prompt, output, name)")
+        w = c.get("weight")
+        if not _is_number(w) or not w > 0:
+            r.bad(f"{k}.weight", f"must be a number > 0, got {w!r}")
+            w = 1.0
+        total += w
+        classes.append((float(w), r.lengths(f"{k}.prompt", c.get("prompt")),
+                        r.lengths(f"{k}.output", c.get("output")), str(c.get("name", ""))))
+    return tuple(MixClass(w / total, p, o, n) for w, p, o, n in classes)
+
+
+def prefix(r: Reader) -> PrefixSpec | None:
+    """[prefix]: shared system prompts."""
+    p = r.raw.get("prefix")
+    if not isinstance(p, dict):
+        return None  # absent, or reported as "must be a table"
+    if "tokens" not in p:
+        r.bad("prefix.tokens", "missing: the shared prefix's length in tokens")
+    tokens = r.integer("prefix.tokens", 1, 1) or 1
+    groups = r.integer("prefix.groups", 1, 1) or 1
+    fraction = p.get("fraction", 1.0)
+    if not _is_number(fraction) or not 0 <= fraction <= 1:
+        r.bad("prefix.fraction", f"must be a number in [0, 1], got {fraction!r}")
+        fraction = 1.0
+    return PrefixSpec(tokens, groups, float(fraction))
+
+
+def session(r: Reader) -> SessionSpec | None:
+    """[session]: multi-turn conversations."""
+    s = r.raw.get("session")
+    if not isinstance(s, dict):
+        return None
+    turns = r.lengths("session.turns") if "turns" in s else None
+    if turns is None:
+        r.bad("session.turns", "missing: how many turns per conversation (e.g. 4 or a distribution)")
+        turns = Lengths(value=1)
+    think = r.lengths("session.think_ms") if "think_ms" in s else Lengths(value=1000)
+    return SessionSpec(turns, think)
+
+
+def run_options(r: Reader, given: dict[str, Any]) -> dict[str, Any]:
+    """The run options no workload file holds ({field: value given}; None = not given), each parsed by its
+    row's kind; a bad value is reported under its flag."""
+    out: dict[str, Any] = {}
+    for o in OPTIONS:
+        if o.key or o.client or not o.field:
+            continue
+        v = given.get(o.field)
+        if v is None or v == ():
+            out[o.field] = o.value
+        elif o.switch:
+            out[o.field] = (not v) if o.invert else bool(v)
+        else:
+            try:
+                out[o.field] = o.kind.parse(v)
+            except ValueError as e:
+                r.problems.append(f"{o.flag}: {e}")
+                out[o.field] = o.value
+    if out["ray"] is not None and given.get("workers") is None:
+        out["workers"] = 0  # --ray without --workers: auto
+    if out["url"] is not None:
+        r.problems.extend(url_problems(out["url"]))
+    return out
+
+
+def across(r: Reader, config: RunConfig) -> None:
+    """Rules between sections, on the built config."""
+    skip_lengths = bool(config.mix) or (config.trace is not None and config.trace.lengths)
+    if config.prefix is not None and config.session is None and not skip_lengths \
+            and config.prompt_tokens.dist == "fixed" and config.prompt_tokens.value <= config.prefix.tokens:
+        r.bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): "
+              f"the prefix is part of the prompt")

@@ -1,0 +1,113 @@
+"""The one frozen RunConfig a run is described by, and its parts. Defaults of the fields an option sets
+come from the option table (options.py) so that each is written once; workload.py builds a RunConfig
+from a workload file and flags, with_overrides() changes one after loading, validated again."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from loadgen.config.credentials import redact_url
+from loadgen.config.lengths import Lengths
+from loadgen.config.options import default
+
+PROCESSES = ("poisson", "constant", "gamma", "ramp", "stages", "trace")   # loadgen/plan/arrivals.py
+INFINITE_RATES = ("inf", "inf/s", "infinite")  # arrivals.rate / --rate: all requests due at t0
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    process: str = "poisson"
+    rate_per_s: float = 1.0
+    burstiness: float = 1.0
+    rate_from_per_s: float = 0.0            # ramp: rate at t=0 (rate_per_s is reached after ramp_ns)
+    ramp_ns: int = 0
+    stages: tuple[tuple[int, float, float], ...] = ()  # (duration_ns, rate_from_per_s, rate_to_per_s)
+    base: str = "poisson"                   # ramp/stages spacing: poisson | constant
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    file: str                               # resolved path
+    format: str = ""                        # "" = sniffed
+    time_scale: float | None = None
+    rate_per_s: float | None = None         # target mean rate (exclusive with time_scale)
+    start_ns: int = 0
+    limit: int | None = None
+    skip_bad_rows: bool = default("trace.skip_bad_rows")
+    lengths: bool = True                    # take prompt/output lengths from the trace too
+
+
+@dataclass(frozen=True)
+class MixClass:
+    weight: float                           # normalized over all classes
+    prompt: Lengths
+    output: Lengths
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    tokens: int                             # K, counted inside each sharing request's prompt length
+    groups: int = 1
+    fraction: float = 1.0
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    turns: Lengths
+    think_ms: Lengths
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    model: str
+    api: str
+    seed: int
+    arrivals: Arrivals
+    prompt_tokens: Lengths
+    output_tokens: Lengths
+    requests: int | None = None
+    duration_ns: int | None = None
+    warmup_requests: int = default("warmup_requests")
+    max_concurrency: int = default("max_concurrency")       # 0 = unlimited (pure open loop)
+    request_timeout_ns: int = default("request_timeout_ns")
+    drain_timeout_ns: int = default("drain_timeout_ns")
+    max_send_lag_p99_ns: int = default("max_send_lag_p99_ns")   # run/selfcheck.py's limits
+    max_rate_deviation: float = default("max_rate_deviation")
+    max_cv_deviation: float = default("max_cv_deviation")
+    api_key_env: str | None = None
+    extra_body: dict = field(default_factory=dict)
+    url: str | None = None          # None: start the built-in simulator
+    out: str | None = None
+    sim_args: tuple[str, ...] = default("sim_args")  # flags for the built-in simulator when url is None
+    source: str = ""                # the workload file, for messages and the manifest
+    # backend family, idle-server calibration, /metrics scraping
+    backend: str = default("backend")         # openai | ollama | llamacpp
+    calibrate: bool = default("calibrate")    # probe the idle server before the run (probe/calibrate.py)
+    scrape_metrics: bool = default("scrape_metrics")   # sample the target's /metrics (probe/scrape.py)
+    scrape_interval_ns: int = default("scrape_interval_ns")
+    workers: int = default("workers")   # generator processes (run/workers.py); 0 = auto, picked by rate
+    ray: str | None = None          # Ray cluster address or "auto" (run/ray_workers.py); None = local processes
+    # production-shaped workloads (all optional)
+    trace: TraceSpec | None = None
+    mix: tuple[MixClass, ...] = ()
+    prefix: PrefixSpec | None = None
+    session: SessionSpec | None = None
+    tokenizer: str = default("tokenizer")
+    tokenizer_file: str | None = None
+    dataset: str | None = None
+    # closed loop (N virtual users) and the SLOs a run is judged by
+    concurrency: int = default("concurrency")   # > 0: closed loop, N users each sending when its reply ends
+    think_ns: int = default("think_ns")         # closed loop: a user's pause between a reply and its next request
+    slo: tuple[tuple[str, float], ...] = ()  # (metric, bound ms), analysis/goodput.py
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def to_manifest(self) -> dict:
+        # The resolved config as written to manifest.json: the key's variable name, never its value;
+        # credentials in the URL are redacted.
+        d = asdict(self)
+        d["url"] = redact_url(self.url) if self.url else None
+        return d
