@@ -19,7 +19,7 @@ import polars as pl
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
-from loadgen.results.folder import Run
+from loadgen.results.folder import Explanation, Run
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
     return None, "no data"
 
 
-def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl.DataFrame]:
+def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanation, pl.DataFrame]:
     calibration = run.calibration()
     metrics = run.server_metrics()
     fit: dict = {}
@@ -49,24 +49,25 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl
     agg = dec.aggregate(d)
     agg["replay"] = fit or None
     by_len = dec.by_prompt_tokens(d)
-    out: dict = {
+    roof = None
+    if opts.model_config and (opts.device or opts.bandwidth):
+        bw, source = bandwidth_from(opts.device, opts.bandwidth)
+        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
+        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
+        rate, where = _single_stream(calibration, d, prompt_mean)
+        roof = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
+    max_waiting, max_kv = facts_from_metrics(metrics)
+    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
+                  by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
+                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
+    out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),
         "by_prompt_tokens": by_len,
         "server_histograms_ms": dec.histogram_crosscheck(metrics),
         "calibration": ({k: v for k, v in calibration.items() if k != "probes"} if calibration
                         else run.manifest.get("calibration", "none")),
-        "roofline": None,
+        "roofline": roof,
+        "diagnosis": diagnose(facts),
     }
-    if opts.model_config and (opts.device or opts.bandwidth):
-        bw, source = bandwidth_from(opts.device, opts.bandwidth)
-        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
-        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
-        rate, where = _single_stream(calibration, d, prompt_mean)
-        out["roofline"] = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
-    max_waiting, max_kv = facts_from_metrics(metrics)
-    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
-                  by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
-                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=out["roofline"])
-    out["diagnosis"] = diagnose(facts)
     return out, d

@@ -23,6 +23,7 @@ import polars as pl
 
 from loadgen import metrics
 from loadgen.config.slo import slo_keys
+from loadgen.results.folder import GoodputSection
 
 
 def nearest_rank(values: np.ndarray, p: float) -> float:
@@ -81,5 +82,5 @@ def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -
             "attainment_by_slo": {k: (int(m[f"met_{k}"].sum()) / n if n else None) for k in slo_ms}}
 
 
-def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> GoodputSection:
     return {"slo": slo_keys(slo_ms), "goodput": goodput(req, tokens, slo_ms)}
