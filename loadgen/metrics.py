@@ -16,7 +16,12 @@ Per request (int64 ns, any common origin; columns of requests.parquet or fields 
     decode         = last_token - first_token
     tpot           = decode / (output_tokens - 1)         rows with output_tokens > 1
 Rows each metric covers (ROWS): send_lag, slot_wait and connect every row where they are defined (every
-dispatched row), the others ok rows only. Warm-up rows are left out by the callers.
+dispatched row), the others ok rows only (OK_ROWS, the one spelling of that predicate). Warm-up rows are
+left out by the callers.
+
+Rates (events per second): rate_per_s = (n - 1) / span, the plan's offered rate (Schedule.offered_rate_per_s)
+and the summary's offered and achieved rates; fitted_rate_per_s = 1 / the least-squares slope, the
+completion rate of sweeps and twin predictions.
 
 ITL, per token (itl_gaps): the chunks of one request that carry tokens and share a stamp arrived in one
 read and form one group of k tokens (the sum of their tokens); each gap between a group and the previous
@@ -47,6 +52,9 @@ STATS = (*QUANTILES, "max", "mean")
 PERCENTILE_RULE = "nearest rank (the ceil(p*n)-th smallest sample, as HdrHistogram's Java implementation)"
 
 _c = pl.col
+# The rows that completed: outcome ok (client.recorder.Outcome.OK, whose value this spells: metrics sits
+# below the client). Every frame filter on it outside the hot path uses this expression.
+OK_ROWS: pl.Expr = _c("outcome") == "ok"
 _SLOT_WAIT = _c("slot_wait_ns").fill_null(0)
 # name -> expression in ns over requests.parquet columns (see the module comment).
 EXPR_NS: dict[str, pl.Expr] = {

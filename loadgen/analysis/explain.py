@@ -19,6 +19,7 @@ import polars as pl
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
+from loadgen.probe.calibrate import DECODE_KEY
 from loadgen.results.folder import Explanation, Run
 
 
@@ -31,10 +32,10 @@ class ExplainOptions:
 
 
 def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float) -> tuple[float | None, str]:
-    if calibration and calibration["itl_ms"]["coef"] != [0.0]:
-        itl = sum(c * prompt_mean ** i for i, c in enumerate(calibration["itl_ms"]["coef"]))
-        if itl > 0:
-            return 1000.0 / itl, "idle-server probes (calibration.json)"
+    if calibration and calibration[DECODE_KEY]["coef"] != [0.0]:
+        decode_ms_per_token = sum(c * prompt_mean ** i for i, c in enumerate(calibration[DECODE_KEY]["coef"]))
+        if decode_ms_per_token > 0:
+            return 1000.0 / decode_ms_per_token, "idle-server probes (calibration.json)"
     tpot = d["tpot_ms"].drop_nulls()
     if tpot.len():
         return 1000.0 / float(tpot.min()), "fastest request of the run (no calibration: an upper bound under load)"

@@ -58,7 +58,7 @@ def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> 
     """Per measured request (rows with latency_columns applied): `met` and one `met_<metric>` per SLO."""
     if "itl_p99" in slo_ms:  # row for row (request_itl_p99_ms keeps the order of the ids it is given)
         req = req.with_columns(itl_p99=request_itl_p99_ms(tokens, req["request_id"])["itl_p99"])
-    ok = pl.col("outcome") == "ok"
+    ok = metrics.OK_ROWS
     cols = {}
     for m, bound in slo_ms.items():
         value = pl.col(m)

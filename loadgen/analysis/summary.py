@@ -56,7 +56,7 @@ def _status_reason(status: str | None, missing: dict | None = None) -> list[str]
 
 def summarize(run: Run) -> RunSummary:
     req = metrics.latency_columns(measured(run), unit_ns=1)
-    ok = req.filter(pl.col("outcome") == "ok")
+    ok = req.filter(metrics.OK_ROWS)
     outcomes = dict(req.group_by("outcome").len().iter_rows())
     n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
     window_ns = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from loadgen import metrics
 from loadgen.plan import arrivals
 from loadgen.plan import lengths
 from loadgen.config.workload import Lengths, RunConfig
@@ -60,10 +61,8 @@ class Schedule:
 
     def offered_rate_per_s(self) -> float:
         """The rate the plan offers: (n - 1) / span of the timed intended times (nan below two)."""
-        t = self.intended_ns[self.after == NONE]
-        if len(t) < 2 or t[-1] == t[0]:
-            return float("nan")
-        return (len(t) - 1) * 1e9 / float(t[-1] - t[0])
+        rate = metrics.rate_per_s(self.intended_ns[self.after == NONE])
+        return float("nan") if rate is None else rate
 
 
 def sub_seed(seed: int, stream: int, *more: int) -> np.random.SeedSequence:
