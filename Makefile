@@ -27,7 +27,7 @@ chromium:
 	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
-# Lint first (ruff), then the suite. pytest exits 5 when it collects nothing: make treats any
+# Lint first (ruff; `make lint` adds the type checker), then the suite. pytest exits 5 when it collects nothing: make treats any
 # non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
 # LOADGEN_SKIP_E2E=1 skips them.
 test: install chromium
@@ -64,8 +64,10 @@ report-demo: install
 bench: install
 	$(BIN)/python -m tests.bench
 
+# ruff, then the type checker (pyproject.toml [tool.mypy]: strict on client/, results/ and metrics.py).
 lint: install
 	$(BIN)/ruff check loadgen tests
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache

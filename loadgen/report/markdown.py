@@ -15,7 +15,7 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def cell(c: tables.Cell, s: dict) -> str:
+def cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
     return _escape(tables.text(c, s) if isinstance(c, tables.Key) else c)
 
 

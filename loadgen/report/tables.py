@@ -41,7 +41,7 @@ def lookup(summary: Mapping[str, Any], path: str):
     return v
 
 
-def text(c: Key, summary: dict) -> str:
+def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
     if c.pct and v is not None:
         return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
