@@ -61,7 +61,8 @@ def probe_record(row: Row) -> dict | None:
     n = row.output_tokens or 0
     return {"prompt_tokens": row.prompt_tokens or row.planned_prompt_tokens,
             "prefill_ms": (row.first_token_ns - row.connected_ns) / 1e6,
-            DECODE_KEY: (row.last_token_ns - row.first_token_ns) / 1e6 / (n - 1) if n > 1 else None,
+            DECODE_KEY: ((row.last_token_ns - row.first_token_ns) / 1e6 / (n - 1)
+                         if n > 1 and row.last_token_ns is not None else None),
             "server_prefill_ms": row.server_prefill_ms, "server_queue_ms": row.server_queue_ms}
 
 
