@@ -27,8 +27,8 @@ chromium:
 	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
-# Lint first (ruff, the import contracts), then the suite. pytest exits 5 when it collects nothing: make treats any
-# non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
+# Lint first (ruff, the import contracts, the type checker), then the suite. pytest exits 5 when it collects
+# nothing: make treats any non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
 # LOADGEN_SKIP_E2E=1 skips them.
 test: install chromium lint
 	$(BIN)/python -m pytest
@@ -63,10 +63,12 @@ report-demo: install
 bench: install
 	$(BIN)/python -m tests.bench
 
-# ruff, then the house's layers (import-linter contracts in pyproject.toml: no import runs upward).
+# ruff; the house's layers (import-linter contracts in pyproject.toml: no import runs upward); the type checker
+# (pyproject.toml [tool.mypy]: strict on client/, results/ and metrics.py).
 lint: install
 	$(BIN)/ruff check loadgen tests
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache

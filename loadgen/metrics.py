@@ -16,7 +16,12 @@ Per request (int64 ns, any common origin; columns of requests.parquet or fields 
     decode         = last_token - first_token
     tpot           = decode / (output_tokens - 1)         rows with output_tokens > 1
 Rows each metric covers (ROWS): send_lag, slot_wait and connect every row where they are defined (every
-dispatched row), the others ok rows only. Warm-up rows are left out by the callers.
+dispatched row), the others ok rows only (OK_ROWS, the one spelling of that predicate). Warm-up rows are
+left out by the callers.
+
+Rates (events per second): rate_per_s = (n - 1) / span, the plan's offered rate (Schedule.offered_rate_per_s)
+and the summary's offered and achieved rates; fitted_rate_per_s = 1 / the least-squares slope, the
+completion rate of sweeps and twin predictions.
 
 ITL, per token (itl_gaps): the chunks of one request that carry tokens and share a stamp arrived in one
 read and form one group of k tokens (the sum of their tokens); each gap between a group and the previous
@@ -33,10 +38,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import polars as pl
+
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
 
 NS_PER_MS = 1_000_000
 QUANTILES = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "p999": 0.999}
@@ -44,6 +52,9 @@ STATS = (*QUANTILES, "max", "mean")
 PERCENTILE_RULE = "nearest rank (the ceil(p*n)-th smallest sample, as HdrHistogram's Java implementation)"
 
 _c = pl.col
+# The rows that completed: outcome ok (client.recorder.Outcome.OK, whose value this spells: metrics sits
+# below the client). Every frame filter on it outside the hot path uses this expression.
+OK_ROWS: pl.Expr = _c("outcome") == "ok"
 _SLOT_WAIT = _c("slot_wait_ns").fill_null(0)
 # name -> expression in ns over requests.parquet columns (see the module comment).
 EXPR_NS: dict[str, pl.Expr] = {
@@ -62,8 +73,8 @@ ROWS = {"send_lag": "sent", "slot_wait": "sent", "connect": "sent", "ttft": "ok"
         "e2e": "ok", "decode": "ok", "tpot": "ok", "itl": "ok"}
 
 
-def latency_columns(requests: pl.DataFrame | pl.LazyFrame, unit_ns: float = NS_PER_MS, suffix: str = "",
-                    names: Iterable[str] = tuple(EXPR_NS)):
+def latency_columns(requests: _Frame, unit_ns: float = NS_PER_MS, suffix: str = "",
+                    names: Iterable[str] = tuple(EXPR_NS)) -> _Frame:
     """requests with one column per metric (`name + suffix`), in units of unit_ns (ms by default)."""
     return requests.with_columns(**{n + suffix: (EXPR_NS[n] / unit_ns if unit_ns != 1 else EXPR_NS[n])
                                     for n in names})
@@ -101,7 +112,7 @@ def itl_gaps(chunks: pl.DataFrame | pl.LazyFrame, key: str = "rid", keep: tuple[
                          pl.Series("prev_ns", prev_ns), pl.Series("gap_ns", t_ns - prev_ns), pl.Series("k", k)])
 
 
-def _itl_groups(key: np.ndarray, t_ns: np.ndarray, n_tokens: np.ndarray):
+def _itl_groups(key: np.ndarray, t_ns: np.ndarray, n_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ITL rule on arrays (chunks with tokens, each key's rows contiguous and in time order): for every
     group that has a gap before it, the row of its first chunk, the previous group's stamp and its tokens k."""
     n = key.size
@@ -128,7 +139,8 @@ class Gaps(NamedTuple):
 
     @property
     def gap_ns(self) -> np.ndarray:
-        return self.t_ns - self.prev_ns
+        gap: np.ndarray = self.t_ns - self.prev_ns
+        return gap
 
 
 def gap_arrays(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> Gaps:
@@ -187,7 +199,8 @@ def ranks(q: float, n: np.ndarray) -> np.ndarray:
     """rank() for an array of sample counts (0 where n is 0)."""
     n = np.asarray(n, dtype=np.int64)
     k = round(q * _Q_SCALE)
-    return np.minimum(n, np.maximum(1, (n * k + _Q_SCALE - 1) // _Q_SCALE)) * (n > 0)
+    out: np.ndarray = np.minimum(n, np.maximum(1, (n * k + _Q_SCALE - 1) // _Q_SCALE)) * (n > 0)
+    return out
 
 
 def quantile_expr(column: str, q: float) -> pl.Expr:
@@ -208,7 +221,7 @@ def quantiles(values: np.ndarray, qs: Iterable[float]) -> list[float]:
     return [float(part[i]) for i in idx]
 
 
-def distribution(values, scale: float = 1.0) -> dict[str, float | None]:
+def distribution(values: pl.Series | npt.ArrayLike, scale: float = 1.0) -> dict[str, float | None]:
     """p50/p90/p99/p999 (nearest rank), max and mean of the samples, each divided by scale (so a
     distribution of ns samples in ms is the ns figure / 1e6, as every other consumer computes it);
     all None when there are no samples."""
@@ -223,7 +236,7 @@ def distribution(values, scale: float = 1.0) -> dict[str, float | None]:
     return {k: x / scale for k, x in out.items()}
 
 
-def fitted_rate_per_s(times_ns) -> float | None:
+def fitted_rate_per_s(times_ns: npt.ArrayLike) -> float | None:
     """Events per second as 1 / the least-squares slope of the sorted times against their rank: every
     event weighs in, so one slow last request (or a fast first one) does not move the rate the way it
     moves (n - 1) / span."""

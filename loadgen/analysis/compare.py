@@ -63,12 +63,13 @@ class RunData:
 def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
     run = read_run(path)
     req = metrics.latency_columns(measured(run)).sort("intended_ns", "idx")
-    ok = pl.col("outcome") == "ok"
+    ok = metrics.OK_ROWS
     lat = {m: req.select(pl.when(ok).then(pl.col(m)).cast(pl.Float64)).to_series().fill_null(np.nan).to_numpy()
            for m in LATENCY if m != "itl"}
     ids = req["request_id"]
-    samples, owner = goodput.request_itl_samples_ms(run.tokens, ids.filter(req["outcome"] == "ok"))
-    ok_pos = np.flatnonzero((req["outcome"] == "ok").to_numpy())
+    ok_mask = req.select(ok).to_series()
+    samples, owner = goodput.request_itl_samples_ms(run.tokens, ids.filter(ok_mask))
+    ok_pos = np.flatnonzero(ok_mask.to_numpy())
     itl = (samples, ok_pos[owner] if owner.size else owner)
     lat["itl"] = np.full(req.height, np.nan)  # placeholder: ITL is resampled by cluster
     slo = slo_ms or slo_from_keys(run.manifest.get("slo") or {}) or None
@@ -89,7 +90,7 @@ def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
         dec = {c: joined[f"{c}_ms"].cast(pl.Float64).fill_null(np.nan).to_numpy() for c in DECOMP
                if f"{c}_ms" in joined.columns}
     return RunData(str(path), run.manifest, lat, itl, interval,
-                   (done["outcome"] == "ok").cast(pl.Float64).to_numpy(),
+                   done.select(ok).to_series().cast(pl.Float64).to_numpy(),
                    done.select(pl.when(ok).then(pl.col("output_tokens")).otherwise(0)).to_series()
                    .fill_null(0).cast(pl.Float64).to_numpy(),
                    done["met"].cast(pl.Float64).to_numpy() if met_req is not None else None, met_req, dec,

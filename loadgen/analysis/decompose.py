@@ -48,7 +48,8 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
                     prefix-cache hits, a step with no stream to stamp it.
     none            no timings and no calibration (--no-calibrate): queue and prefill are null and the
                     whole server-side TTFT lands in `other`.
-decode_ideal uses the calibrated idle ITL (itl(L) = d + e*L); without calibration, the p5 over requests
+decode_ideal uses the calibrated idle decode time per token (decode_ms_per_token(L) = d + e*L, calibrate.py:
+a per-request mean, stored as calibration.json `itl_ms`); without calibration, the p5 over requests
 of their median gap (the fastest streams of the run), which overstates the ideal under steady load.
 Server histograms (vllm:request_{queue,prefill,decode}_time_seconds deltas) are an aggregate
 cross-check only: see `histogram_crosscheck`.
@@ -67,6 +68,7 @@ from loadgen import metrics
 from loadgen.analysis.stalls import ATTRIBUTION_REACH, StallRule, attribute_stalls
 from loadgen.analysis import replay
 from loadgen.analysis.steps import boundaries, scheduled_ns
+from loadgen.probe.calibrate import DECODE_KEY
 from loadgen.results.folder import Run
 
 COMPONENTS = ("send_lag", "slot_wait", "connect", "queue", "prefill", "decode", "decode_ideal", "decode_contention",
@@ -89,7 +91,7 @@ def _poly(coef: list[float], x: pl.Expr) -> pl.Expr:
 def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None = None,
               replay_fit: dict | None = None) -> pl.DataFrame:
     # replay_fit: filled (when given) with the FCFS replay's fitted engine limits (calibrated method)
-    req = run.requests.lazy().filter(~pl.col("warmup") & (pl.col("outcome") == "ok")
+    req = run.requests.lazy().filter(~pl.col("warmup") & metrics.OK_ROWS
                                      & pl.col("first_token_ns").is_not_null())
     L = pl.coalesce("prompt_tokens", "planned_prompt_tokens")
     base = metrics.latency_columns(req, suffix="_ms").with_columns(
@@ -111,13 +113,14 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
                                  _unc_ms=pl.Series(unc, dtype=pl.Float64)).lazy()
         est_prefill = pl.min_horizontal(((pl.col("first_token_ns") - pl.col("scheduled_est_ns")) / NS_PER_MS),
                                         server_side).clip(lower_bound=0)
-        itl = _poly(calibration["itl_ms"]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
+        # the idle server's decode ms per token at this prompt length (calibrate.py)
+        decode_per_token = _poly(calibration[DECODE_KEY]["coef"], pl.col("prompt_tokens")).clip(lower_bound=0)
         fallback = "calibrated"
         base = base.with_columns(_idle_ms=idle)
     else:
         fit = None
         est_prefill = pl.lit(None, pl.Float64)
-        itl = None
+        decode_per_token = None
         fallback = "none"
     d = base.with_columns(
         method=pl.when(has_timings).then(pl.lit("server_timings")).otherwise(pl.lit(fallback)),
@@ -129,9 +132,9 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         .otherwise((server_side - pl.col("prefill_ms")).clip(lower_bound=0)),
     ).collect()
     g = metrics.gap_arrays(run.tokens, d["request_id"])  # shared by the ideal ITL and the stall attribution
-    if itl is None:
-        itl = pl.lit(_fastest_itl_ms(g))
-    d = d.with_columns(decode_ideal_ms=(itl * (pl.col("output_tokens") - 1).clip(lower_bound=0)))
+    if decode_per_token is None:
+        decode_per_token = pl.lit(_fastest_itl_ms(g))
+    d = d.with_columns(decode_ideal_ms=(decode_per_token * (pl.col("output_tokens") - 1).clip(lower_bound=0)))
     if "_idle_ms" in d.columns:
         d = d.with_columns(attr_span_ms=pl.when(pl.col("method") == "calibrated")
                            .then(pl.max_horizontal("prefill_ms", ATTRIBUTION_REACH * pl.col("_idle_ms")))
@@ -168,7 +171,7 @@ def _replayed(run: Run, base: pl.DataFrame, B: np.ndarray,
     request's first-token step (replay.py), else the step-excess walk's. And the queue uncertainty (ms):
     0 where the replay matched, else the width of the window the stamps leave open, from the first step
     start after send to the start of the step that produced the first token."""
-    ok = (run.requests.filter((pl.col("outcome") == "ok") & pl.col("first_token_ns").is_not_null())
+    ok = (run.requests.filter(metrics.OK_ROWS & pl.col("first_token_ns").is_not_null())
           .select("request_id", pl.coalesce("sent_ns", "connected_ns", "dispatched_ns").alias("sent"),
                   pl.coalesce("prompt_tokens", "planned_prompt_tokens").fill_null(1).alias("L"),
                   "first_token_ns", pl.coalesce("last_token_ns", "first_token_ns").alias("last"))

@@ -19,7 +19,8 @@ import polars as pl
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
-from loadgen.results.folder import Run
+from loadgen.probe.calibrate import DECODE_KEY
+from loadgen.results.folder import Explanation, Run
 
 
 @dataclass(frozen=True)
@@ -31,17 +32,17 @@ class ExplainOptions:
 
 
 def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float) -> tuple[float | None, str]:
-    if calibration and calibration["itl_ms"]["coef"] != [0.0]:
-        itl = sum(c * prompt_mean ** i for i, c in enumerate(calibration["itl_ms"]["coef"]))
-        if itl > 0:
-            return 1000.0 / itl, "idle-server probes (calibration.json)"
+    if calibration and calibration[DECODE_KEY]["coef"] != [0.0]:
+        decode_ms_per_token = sum(c * prompt_mean ** i for i, c in enumerate(calibration[DECODE_KEY]["coef"]))
+        if decode_ms_per_token > 0:
+            return 1000.0 / decode_ms_per_token, "idle-server probes (calibration.json)"
     tpot = d["tpot_ms"].drop_nulls()
     if tpot.len():
         return 1000.0 / float(tpot.min()), "fastest request of the run (no calibration: an upper bound under load)"
     return None, "no data"
 
 
-def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl.DataFrame]:
+def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanation, pl.DataFrame]:
     calibration = run.calibration()
     metrics = run.server_metrics()
     fit: dict = {}
@@ -49,24 +50,25 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[dict, pl
     agg = dec.aggregate(d)
     agg["replay"] = fit or None
     by_len = dec.by_prompt_tokens(d)
-    out: dict = {
+    roof = None
+    if opts.model_config and (opts.device or opts.bandwidth):
+        bw, source = bandwidth_from(opts.device, opts.bandwidth)
+        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
+        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
+        rate, where = _single_stream(calibration, d, prompt_mean)
+        roof = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
+    max_waiting, max_kv = facts_from_metrics(metrics)
+    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
+                  by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
+                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
+    out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),
         "by_prompt_tokens": by_len,
         "server_histograms_ms": dec.histogram_crosscheck(metrics),
         "calibration": ({k: v for k, v in calibration.items() if k != "probes"} if calibration
                         else run.manifest.get("calibration", "none")),
-        "roofline": None,
+        "roofline": roof,
+        "diagnosis": diagnose(facts),
     }
-    if opts.model_config and (opts.device or opts.bandwidth):
-        bw, source = bandwidth_from(opts.device, opts.bandwidth)
-        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
-        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
-        rate, where = _single_stream(calibration, d, prompt_mean)
-        out["roofline"] = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
-    max_waiting, max_kv = facts_from_metrics(metrics)
-    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
-                  by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
-                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=out["roofline"])
-    out["diagnosis"] = diagnose(facts)
     return out, d

@@ -23,6 +23,7 @@ import polars as pl
 
 from loadgen import metrics
 from loadgen.config.slo import slo_keys
+from loadgen.results.folder import GoodputSection
 
 
 def nearest_rank(values: np.ndarray, p: float) -> float:
@@ -57,7 +58,7 @@ def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> 
     """Per measured request (rows with latency_columns applied): `met` and one `met_<metric>` per SLO."""
     if "itl_p99" in slo_ms:  # row for row (request_itl_p99_ms keeps the order of the ids it is given)
         req = req.with_columns(itl_p99=request_itl_p99_ms(tokens, req["request_id"])["itl_p99"])
-    ok = pl.col("outcome") == "ok"
+    ok = metrics.OK_ROWS
     cols = {}
     for m, bound in slo_ms.items():
         value = pl.col(m)
@@ -81,5 +82,5 @@ def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -
             "attainment_by_slo": {k: (int(m[f"met_{k}"].sum()) / n if n else None) for k in slo_ms}}
 
 
-def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
+def section(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> GoodputSection:
     return {"slo": slo_keys(slo_ms), "goodput": goodput(req, tokens, slo_ms)}

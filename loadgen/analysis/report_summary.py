@@ -28,15 +28,13 @@ def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[
     """The run, its summary and its decomposition."""
     opts = opts or ExplainOptions()
     run = read_run(run_dir)
-    summary = summarize(run)
     section, decomposition = explain(run, opts)
-    summary.update(section)
-    # open or closed loop, and goodput under the SLOs (additive keys)
-    summary["load"] = run.manifest.get("load") or {"loop": "open"}
+    # open or closed loop, the resolved config (shown by every format), and goodput under the SLOs
+    summary: Summary = {**summarize(run), **section, "load": run.manifest.get("load") or {"loop": "open"},
+                        "config": run.manifest.get("config")}
     slo = run_slo(run, slo_ms)
     if slo:
         summary.update(goodput.section(metrics.latency_columns(measured(run)), run.tokens, slo))
-    summary.setdefault("config", run.manifest.get("config"))  # the resolved config, shown by every format
     if write:
         run.write_decomposition(decomposition)
         run.write_summary(summary)

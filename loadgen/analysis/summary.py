@@ -20,7 +20,7 @@ import polars as pl
 from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.analysis import completeness
-from loadgen.results.folder import ResultsError, Run, Summary
+from loadgen.results.folder import ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
@@ -54,9 +54,9 @@ def _status_reason(status: str | None, missing: dict | None = None) -> list[str]
     return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]
 
 
-def summarize(run: Run) -> Summary:
+def summarize(run: Run) -> RunSummary:
     req = metrics.latency_columns(measured(run), unit_ns=1)
-    ok = req.filter(pl.col("outcome") == "ok")
+    ok = req.filter(metrics.OK_ROWS)
     outcomes = dict(req.group_by("outcome").len().iter_rows())
     n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
     window_ns = None

@@ -21,7 +21,7 @@ import ctypes
 import os
 import sys
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from loadgen.deadlines import DeadlineHeap
 
@@ -151,3 +151,8 @@ class LoopClock:
 
     def close(self) -> None:
         pass
+
+
+if TYPE_CHECKING:  # the type checker holds every clock to the contract (no runtime cost)
+    def _is_clock(c: SpinClock | TimerfdClock | LoopClock) -> Clock:
+        return c

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 from loadgen.client.runner import Runner
+from loadgen.config.workload import RunConfig
 
 NOT_COMPARABLE = ("closed loop: the send rate follows the server's replies, so latency is not comparable "
                   "to an open-loop run at the same throughput (a slower server is offered less load)")
 
 
-def load_model(config) -> dict:
+def load_model(config: RunConfig) -> dict[str, Any]:
     """The manifest's and the summary's `load` section."""
     if config.concurrency:
         return {"loop": "closed", "concurrency": config.concurrency, "think_ms": config.think_ns / 1e6,
@@ -35,7 +37,7 @@ def load_model(config) -> dict:
 
 
 class ClosedLoopRunner(Runner):
-    def __init__(self, *args, users: int, think_ns: int = 0, **kw):
+    def __init__(self, *args: Any, users: int, think_ns: int = 0, **kw: Any):  # Runner's, and the users
         super().__init__(*args, **kw)
         self.users, self.think_ns = users, think_ns
         self._next = 0                       # next row to hand to a free user
@@ -52,7 +54,7 @@ class ClosedLoopRunner(Runner):
         self._dispatch_done = True
         self._check_idle()
 
-    def _on_done(self, task: asyncio.Task) -> None:
+    def _on_done(self, task: asyncio.Task[None]) -> None:
         super()._on_done(task)
         if not self._idle.is_set():
             self._release(self.think_ns)

@@ -10,11 +10,15 @@ so the loop keeps stamping reads meanwhile.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 OFFLOAD_READS = 2048
 
 
-async def in_worker(fn, *args):
+async def in_worker(fn: Callable[..., _T], *args: object) -> _T:
     """fn(*args) in the default thread pool. A cancel waits for fn to finish (never a half-filled row),
     then goes on."""
     work = asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -20,12 +20,15 @@ import asyncio
 import re
 import time
 from array import array
+from collections.abc import Awaitable, Callable
 from itertools import compress
+from types import TracebackType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from loadgen.client.offload import OFFLOAD_READS, in_worker
 from loadgen.client.recorder import ErrorKind, Row
-from loadgen.client.transport import TransportError
+from loadgen.client.transport import Transport, TransportError
 
 _END_CHUNKED = b"0\r\n\r\n"
 MAX_HEAD_BYTES = 64 << 10        # a longer response head is a bad_response
@@ -36,27 +39,30 @@ _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # cannot grow it).
 _SIZES: dict[bytes, int] = {}
 _SIZES_MAX = 4096
+Offsets = list[tuple[int, int]]  # each read's (start, end) byte range in the joined raw response
 
 
 class _Conn(asyncio.Protocol):
     __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "size", "limit", "too_large",
                  "now_ns")
 
-    def __init__(self, limit: int = 1 << 30, now_ns=time.monotonic_ns):
+    transport: asyncio.Transport  # set by connection_made, before any other callback or use
+
+    def __init__(self, limit: int = 1 << 30, now_ns: Callable[[], int] = time.monotonic_ns):
         self.size, self.limit, self.too_large = 0, limit, False
         self.now_ns = now_ns
-        self.transport = None
+        self.transport = None  # type: ignore[assignment]  # not connected yet
         self.t: list[int] = []  # a list, not array("q"): an append costs ~70 ns, an array append ~180 ns
         self.data: list[bytes] = []
-        self.done: asyncio.Future | None = None
+        self.done: asyncio.Future[None] | None = None
         self.wake_any = True   # wake the waiter on every read (head, non-chunked body), else on the end mark
         self.closed = False
         self.lost: Exception | None = None
 
-    def connection_made(self, transport):
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # create_connection's: an asyncio.Transport
 
-    def data_received(self, data: bytes):
+    def data_received(self, data: bytes) -> None:
         # The hot path: one clock read, two appends; the end-of-body check is one endswith per read
         # (a false end is caught by the full parse, which then keeps waiting).
         self.t.append(self.now_ns())
@@ -69,14 +75,14 @@ class _Conn(asyncio.Protocol):
         if d is not None and (self.wake_any or data.endswith(_END_CHUNKED)) and not d.done():
             d.set_result(None)
 
-    def eof_received(self):
+    def eof_received(self) -> bool:
         self._finish(None)
         return False
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         self._finish(exc)
 
-    def _finish(self, exc):
+    def _finish(self, exc: Exception | None) -> None:
         self.closed = True
         self.lost = exc
         if self.done is not None and not self.done.done():
@@ -86,7 +92,7 @@ class _Conn(asyncio.Protocol):
 class _Parsed:
     __slots__ = ("status", "header_end", "chunked", "length", "keep_alive", "complete", "body_reads")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.status = 0
         self.header_end = -1
         self.chunked = False
@@ -143,10 +149,12 @@ def parse_body(p: _Parsed, reads: list[bytes], closed: bool) -> _Parsed:
             return p
     raw = b"".join(reads)
     # Per-read body slices of the raw (still framed) body.
-    offsets, pos = [], 0
+    offsets: Offsets = []
+    pos = 0
     for r in reads:
         offsets.append((pos, pos + len(r)))
         pos += len(r)
+    owner: list[tuple[int, int]] | None
     if p.chunked:
         body, owner, p.complete = _dechunk(raw, p.header_end, offsets)
     else:
@@ -231,9 +239,10 @@ def _dechunk_reads(reads: list[bytes], header_end: int) -> tuple[list[bytes], bo
     return None
 
 
-def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, int]], bool]:
+def _dechunk(raw: bytes, start: int, offsets: Offsets) -> tuple[bytes, list[tuple[int, int]], bool]:
     # Returns the payload, and for each payload piece its (raw start, length) to map it back to reads.
-    pieces, owner = [], []
+    pieces: list[bytes] = []
+    owner: list[tuple[int, int]] = []
     pos = start
     while True:
         nl = raw.find(b"\r\n", pos)
@@ -256,7 +265,7 @@ def _dechunk(raw: bytes, start: int, offsets) -> tuple[bytes, list[tuple[int, in
         pos = data_start + size + 2
 
 
-def _split_by_read(body: bytes, owner, offsets, header_end: int) -> list[bytes]:
+def _split_by_read(body: bytes, owner: list[tuple[int, int]], offsets: Offsets, header_end: int) -> list[bytes]:
     # Payload bytes belong to the read whose raw byte range holds them.
     out = [bytearray() for _ in offsets]
     bpos = 0
@@ -273,7 +282,7 @@ def _split_by_read(body: bytes, owner, offsets, header_end: int) -> list[bytes]:
     return [bytes(b) for b in out]
 
 
-def _split_plain(raw: bytes, header_end: int, body_len: int, offsets) -> list[bytes]:
+def _split_plain(raw: bytes, header_end: int, body_len: int, offsets: Offsets) -> list[bytes]:
     end = header_end + body_len
     return [raw[max(a, header_end):min(b, end)] if b > header_end and a < end else b"" for a, b in offsets]
 
@@ -305,7 +314,7 @@ class _Response:
                 p = parse_body(p, conn.data, conn.closed)
         return p
 
-    async def stamped(self) -> tuple[array, list[bytes]]:
+    async def stamped(self) -> tuple[array[int], list[bytes]]:
         # The reads were stamped in the protocol callback (the hot path); here they are only parsed.
         try:
             p = await self._complete()
@@ -315,7 +324,7 @@ class _Response:
         body = p.body_reads  # one per read, b"" for a read without payload (the head, framing only)
         return array("q", compress(self._conn.t, body)), list(compress(body, body))
 
-    def received(self) -> tuple[array, list[bytes]]:
+    def received(self) -> tuple[array[int], list[bytes]]:
         """The body read so far with its stamps, without waiting: what a request cut off by its timeout
         or by SIGINT/SIGTERM had already received (its tokens and first-token time are kept)."""
         try:
@@ -329,13 +338,17 @@ class _Response:
         return b"".join((await self.stamped())[1])
 
 
+# connect(protocol_factory, host, port) -> (transport, protocol): the loop's create_connection, or a test's
+Connect = Callable[[Callable[[], _Conn], str, int], Awaitable[tuple[asyncio.BaseTransport, _Conn]]]
+
+
 class RawHttpTransport:
     """now_ns: the clock every stamp is read from (the run's clock); connect(protocol_factory, host, port)
     opens a connection (default: the loop's create_connection; tests script the network instead)."""
     max_response_bytes = MAX_RESPONSE_BYTES
 
-    def __init__(self, base_url: str, headers: dict[str, str] | None = None, *, now_ns=time.monotonic_ns,
-                 connect=None):
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, *,
+                 now_ns: Callable[[], int] = time.monotonic_ns, connect: Connect | None = None):
         self.now_ns = now_ns
         self._connect = connect
         u = urlsplit(base_url.rstrip("/").removesuffix("/v1"))
@@ -352,7 +365,7 @@ class RawHttpTransport:
     async def __aenter__(self) -> "RawHttpTransport":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         for c in list(self._all):
             if c.transport is not None:
                 c.transport.close()
@@ -378,7 +391,7 @@ class RawHttpTransport:
             if not c.closed:
                 return c
         try:
-            connect = self._connect or asyncio.get_running_loop().create_connection
+            connect: Connect = self._connect or asyncio.get_running_loop().create_connection
             _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
         except OSError as e:
             raise TransportError(ErrorKind.CONNECT_FAILED, f"{type(e).__name__}: {e}") from None
@@ -401,12 +414,14 @@ class _Exchange:
     alive, else closed (also on any exception). A class rather than an @asynccontextmanager generator:
     it runs once per request, and the generator's machinery cost more than the rest of this."""
     __slots__ = ("tr", "method", "path", "headers", "body", "row", "conn", "resp")
+    conn: _Conn        # set by __aenter__; __aexit__ runs only after it succeeded
+    resp: _Response
 
     def __init__(self, tr: RawHttpTransport, method: str, path: str, headers: dict[str, str], body: bytes,
                  row: Row | None):
         self.tr, self.method, self.path, self.headers, self.body, self.row = tr, method, path, headers, body, row
-        self.conn: _Conn | None = None
-        self.resp: _Response | None = None
+        self.conn = None  # type: ignore[assignment]  # until __aenter__
+        self.resp = None  # type: ignore[assignment]
 
     async def __aenter__(self) -> _Response:
         tr, row = self.tr, self.row
@@ -445,7 +460,8 @@ class _Exchange:
         self.resp = _Response(conn, parsed)
         return self.resp
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         conn, resp, reusable = self.conn, self.resp, False
         try:
             if exc_type is None and resp.error is None:
@@ -453,3 +469,8 @@ class _Exchange:
                 reusable = p.complete and p.keep_alive and not conn.closed
         finally:
             self.tr._release(conn, reusable)
+
+
+if TYPE_CHECKING:  # the type checker holds RawHttpTransport to the contract (no runtime cost)
+    def _is_transport(t: RawHttpTransport) -> Transport:
+        return t

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from enum import StrEnum
+from typing import Literal
 
 
 class Outcome(StrEnum):
@@ -61,6 +62,39 @@ class Row:
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
                  # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns")
+    # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
+    idx: int
+    request_id: str
+    worker: int
+    warmup: bool
+    planned_prompt_tokens: int
+    max_tokens: int
+    intended_ns: int
+    dispatched_ns: int | None
+    connected_ns: int | None
+    sent_ns: int | None
+    response_ns: int | None
+    first_token_ns: int | None
+    last_token_ns: int | None
+    done_ns: int | None
+    slot_wait_ns: int | None
+    outcome: str | None            # an Outcome once finished
+    http_status: int | None
+    error_kind: str | None         # an ErrorKind or http_<status>
+    error_detail: str | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+    n_chunks: int
+    server_queue_ms: float | None
+    server_prefill_ms: float | None
+    server_decode_ms: float | None
+    chunk_t_ns: array[int]
+    chunk_tokens: array[int]
+    prefix_group: int | None
+    session: int | None
+    turn: int | None
+    after: int | None
+    think_ns: int
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -93,8 +127,10 @@ class Recorder:
     from: a released slot is None, which the runner skips (it never needs a finished row again)."""
 
     def __init__(self, rows: list[Row]):
+        # Typed list[Row] because that is what the runner reads (it never reads a finished row); a
+        # released slot holds None (release()).
         self.rows = rows
-        self._pos: dict[int, int] | None | bool = False  # row idx -> position in `rows`: see release()
+        self._pos: dict[int, int] | None | Literal[False] = False  # row idx -> position in `rows`: see release()
         self._finished: list[Row] = []
         self.done = self.failed = 0
         self.ttft_window_ns: list[int] = []  # recent TTFTs for the progress line
@@ -123,8 +159,8 @@ class Recorder:
             pos = self._pos = (None if all(r.idx == i for i, r in enumerate(rows))
                                else {r.idx: i for i, r in enumerate(rows)})
         for r in flushed:
-            rows[r.idx if pos is None else pos[r.idx]] = None
+            rows[r.idx if pos is None else pos[r.idx]] = None  # type: ignore[call-overload]  # a released slot
 
     def unflushed(self) -> list[Row]:
         """The rows no part holds (all of them when nothing was released), for RunWriter.finalize."""
-        return [r for r in self.rows if r is not None]
+        return [r for r in self.rows if r is not None]  # None: released

@@ -33,37 +33,44 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 
+from loadgen.client.backends.base import Backend
+from loadgen.client.clock import Clock
 from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
                               ErrorKind, Recorder, Row, http_error_kind)
 from loadgen.client.offload import OFFLOAD_READS, in_worker
-from loadgen.client.transport import TransportError
+from loadgen.client.transport import Response, Transport, TransportError
 from loadgen.config.options import default
+
+# next_body(i, prev_row, prev_reads) -> (row i's body, its planned prompt tokens): a session's next turn
+NextBody = Callable[[int, Row, list[bytes]], tuple[bytes, int]]
 
 
 class Runner:
-    def __init__(self, rows: Sequence[Row], bodies: Sequence[bytes], backend, transport, clock,
-                 recorder: Recorder, *, max_concurrency: int = 0,
+    # rows: the recorder's list (a flushed row's slot may hold None: see the module docstring); bodies[i]
+    # is row i's body (a session turn's is rebuilt in place)
+    def __init__(self, rows: Sequence[Row], bodies: MutableSequence[bytes], backend: Backend,
+                 transport: Transport, clock: Clock, recorder: Recorder, *, max_concurrency: int = 0,
                  request_timeout_ns: int = default("request_timeout_ns"),
                  drain_timeout_ns: int = default("drain_timeout_ns"),
-                 headers: dict[str, str] | None = None, next_body=None):
+                 headers: dict[str, str] | None = None, next_body: NextBody | None = None):
         self.rows, self.bodies = rows, bodies
         self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
         self.max_concurrency = max_concurrency
         self.request_timeout_ns = request_timeout_ns
         self.request_timeout_s = request_timeout_ns / 1e9
-        self._timed: dict[asyncio.Task, int] = {}  # task -> deadline ns, in dispatch (= deadline) order
-        self._expired: set[asyncio.Task] = set()   # cancelled by the watchdog, not yet finished
+        self._timed: dict[asyncio.Task[None], int] = {}  # task -> deadline ns, in dispatch (= deadline) order
+        self._expired: set[asyncio.Task[None]] = set()   # cancelled by the watchdog, not yet finished
         self._watchdog: asyncio.TimerHandle | None = None
         self.drain_timeout_s = drain_timeout_ns / 1e9
         self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self.in_flight: dict[asyncio.Task, Row] = {}
+        self.in_flight: dict[asyncio.Task[None], Row] = {}
         self.waiting: deque[tuple[int, int]] = deque()  # (row index, ns its time came)
         self.dispatched = 0
         self._dispatch_done = False
         self._idle = asyncio.Event()
-        self._cut_off_as = (INTERRUPTED, ErrorKind.INTERRUPTED)
+        self._cut_off_as: tuple[str, str] = (INTERRUPTED, ErrorKind.INTERRUPTED)  # (outcome, error_kind)
         self._sessions_init(next_body)
 
     async def run(self, stop: asyncio.Event) -> str:
@@ -127,7 +134,8 @@ class Runner:
     def _watch(self) -> None:
         # Cancels every request past its deadline (the oldest first), then waits for the next deadline.
         self._watchdog = None
-        now, expired = self.clock.now_ns(), []
+        now = self.clock.now_ns()
+        expired: list[asyncio.Task[None]] = []
         for task, deadline_ns in self._timed.items():
             if deadline_ns > now:
                 self._arm(deadline_ns)
@@ -138,7 +146,7 @@ class Runner:
             self._expired.add(task)
             task.cancel()
 
-    def _on_done(self, task: asyncio.Task) -> None:
+    def _on_done(self, task: asyncio.Task[None]) -> None:
         del self.in_flight[task]
         if self.waiting and not self._idle.is_set():
             i, came_ns = self.waiting.popleft()
@@ -168,11 +176,12 @@ class Runner:
 
     async def _execute(self, row: Row, body: bytes) -> None:
         now = self.clock.now_ns
-        task = asyncio.current_task()
-        read_t: array = array("q")
+        task: asyncio.Task[None] = asyncio.current_task()  # type: ignore[assignment]  # always in its task
+        read_t: array[int] = array("q")
         reads: list[bytes] = []
         streamed = interpreted = False
-        resp = end_ns = None
+        resp: Response | None = None
+        end_ns: int | None = None
         try:
             headers = {**self.headers, "X-Request-Id": row.request_id}
             async with self.transport.post(self.backend.path, headers, body, row) as resp:
@@ -206,7 +215,7 @@ class Runner:
             self._expired.discard(task)
             row.done_ns = end_ns or now()
             if streamed and not reads:
-                read_t, reads = resp.received()  # cut off mid-stream: keep what had already arrived
+                read_t, reads = resp.received()  # type: ignore[union-attr]  # streamed: resp is set; cut off mid-stream: keep what had already arrived
             if streamed and not interpreted:
                 self.backend.interpret(row, read_t, reads)
             self.recorder.finish(row)
@@ -214,7 +223,7 @@ class Runner:
                 self._release_next(row, reads)
 
     # --- session turns ---------------------------------------------------------------------------
-    def _sessions_init(self, next_body) -> None:
+    def _sessions_init(self, next_body: NextBody | None) -> None:
         self.next_body = next_body
         pos = {r.idx: i for i, r in enumerate(self.rows)}
         self._next_turn = {r.after: i for i, r in enumerate(self.rows) if r.after is not None}
@@ -222,7 +231,7 @@ class Runner:
         self._pos = pos
         self._turns_left = len(self._next_turn)
         self._turns_dispatched = asyncio.Event()
-        self._turn_timers: set[asyncio.Task] = set()
+        self._turn_timers: set[asyncio.Task[None]] = set()
         if not self._turns_left:
             self._turns_dispatched.set()
 
@@ -245,7 +254,7 @@ class Runner:
                 if k is None:
                     return
                 j, nxt = k, self.rows[k]
-        nxt.intended_ns = row.done_ns + nxt.think_ns
+        nxt.intended_ns = row.done_ns + nxt.think_ns  # type: ignore[operator]  # a finished row has done_ns
         if self.next_body is not None:
             body, nxt.planned_prompt_tokens = self.next_body(j, row, reads)
             self.bodies[j] = body

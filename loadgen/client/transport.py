@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Protocol
+from ssl import SSLContext
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Protocol, Self
 
 import aiohttp
 
-from loadgen.errors import TransportError  # noqa: F401  (raised here; importable from here too)
+from loadgen.errors import TransportError as TransportError  # raised here; importable from here too
 from loadgen.client.recorder import ErrorKind, Row
 
 
@@ -26,12 +29,12 @@ class Response(Protocol):
     async def read(self) -> bytes:
         """The whole body (error responses)."""
 
-    async def stamped(self) -> tuple[array, list[bytes]]:
+    async def stamped(self) -> tuple[array[int], list[bytes]]:
         """The whole body as it arrived: each read, and the clock reading taken when it landed (the
         transport's hot path: one clock read and two appends per read; parsing comes later). Raises
         TransportError when the body is cut short; received() still holds what arrived."""
 
-    def received(self) -> tuple[array, list[bytes]]:
+    def received(self) -> tuple[array[int], list[bytes]]:
         """What arrived so far, stamped, without waiting: a request cut off by its timeout or by
         SIGINT/SIGTERM keeps its tokens and first-token time."""
 
@@ -43,23 +46,23 @@ class Transport(Protocol):
     async def warm(self, timeout_s: float = 2.0) -> None:
         """Before t0: open a connection and run first-request code paths; failures are ignored."""
 
-    async def __aenter__(self): ...
+    async def __aenter__(self) -> Self: ...
 
-    async def __aexit__(self, *exc) -> None: ...
+    async def __aexit__(self, *exc: object) -> None: ...
 
 
 class _Response:
     __slots__ = ("_resp", "status", "_now", "_t", "_data")
 
-    def __init__(self, resp: aiohttp.ClientResponse, now_ns):
+    def __init__(self, resp: aiohttp.ClientResponse, now_ns: Callable[[], int]):
         self.status, self._resp, self._now = resp.status, resp, now_ns
-        self._t: array = array("q")
+        self._t: array[int] = array("q")
         self._data: list[bytes] = []
 
     async def read(self) -> bytes:
         return await self._resp.read()
 
-    async def stamped(self) -> tuple[array, list[bytes]]:
+    async def stamped(self) -> tuple[array[int], list[bytes]]:
         # aiohttp stamps a read when this task resumes (after the loop dispatched every other ready
         # socket), not in the protocol callback as rawhttp does: see rawhttp.py.
         now, t, data = self._now, self._t, self._data
@@ -68,7 +71,7 @@ class _Response:
             data.append(chunk)
         return t, data
 
-    def received(self) -> tuple[array, list[bytes]]:
+    def received(self) -> tuple[array[int], list[bytes]]:
         return array("q", self._t), list(self._data)
 
 
@@ -76,8 +79,8 @@ class AiohttpTransport:
     """One session for the whole run. The connector has NO connection limit (aiohttp's default of 100
     would queue requests silently inside the client) and keeps connections alive."""
 
-    def __init__(self, base_url: str, headers: dict[str, str] | None = None, tls=True, *,
-                 now_ns=time.monotonic_ns):
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, tls: bool | SSLContext = True, *,
+                 now_ns: Callable[[], int] = time.monotonic_ns):
         self.now_ns = now_ns
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self._headers = headers or {}
@@ -90,11 +93,11 @@ class AiohttpTransport:
         now = self.now_ns
 
         # aiohttp trace hooks; trace_request_ctx is the Row of the request.
-        async def connected(_session, ctx, _params) -> None:
+        async def connected(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
             if ctx.trace_request_ctx is not None:
                 ctx.trace_request_ctx.connected_ns = now()
 
-        async def sent(_session, ctx, _params) -> None:
+        async def sent(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
             # Fired for the headers and then for each body chunk: the last one is "fully written".
             if ctx.trace_request_ctx is not None:
                 ctx.trace_request_ctx.sent_ns = now()
@@ -125,12 +128,12 @@ class AiohttpTransport:
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
             pass
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._session is not None:
             await self._session.close()
 
     @asynccontextmanager
-    async def post(self, path: str, headers: dict[str, str], body: bytes, row: Row):
+    async def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> AsyncIterator[_Response]:
         assert self._session is not None
         try:
             async with self._session.post(self.base_url + path, data=body, headers=headers,
@@ -149,3 +152,8 @@ class AiohttpTransport:
             raise TransportError(ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}") from None
         except asyncio.IncompleteReadError as e:
             raise TransportError(ErrorKind.RESET, str(e)) from None
+
+
+if TYPE_CHECKING:  # the type checker holds AiohttpTransport to the contract (no runtime cost)
+    def _is_transport(t: AiohttpTransport) -> Transport:
+        return t

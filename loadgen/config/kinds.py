@@ -11,7 +11,7 @@ import math
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from loadgen.config.slo import SLO_METRICS, parse_slo
 from loadgen.config.units import parse_duration_ns
@@ -25,7 +25,7 @@ class Kind:
     check: Callable[[Any], str | None]           # typed -> the problem, None when it is fine
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -84,7 +84,7 @@ PAUSE = Kind("duration >= 0", "ns", _parse_pause, _check_pause)
 
 
 def _check_positive(v: Any) -> str | None:
-    return None if _is_number(v) and v > 0 and math.isfinite(v) else f"must be a number > 0, got {v!r}"
+    return None if is_number(v) and v > 0 and math.isfinite(v) else f"must be a number > 0, got {v!r}"
 
 
 def _parse_positive(v: Any) -> float:
@@ -93,7 +93,7 @@ def _parse_positive(v: Any) -> float:
             v = float(v)
         except ValueError:
             pass
-    if not _is_number(v) or not v > 0:   # inf is accepted from a file, as it always was
+    if not is_number(v) or not v > 0:   # inf is accepted from a file, as it always was
         raise ValueError(f"must be a number > 0, got {v!r}")
     return float(v)
 
@@ -194,7 +194,7 @@ def _parse_slo(v: Any) -> tuple[tuple[str, float], ...]:
 
 def _check_slo(v: Any) -> str | None:
     ok = isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 and p[0] in SLO_METRICS
-                                      and _is_number(p[1]) and p[1] > 0 for p in v)
+                                      and is_number(p[1]) and p[1] > 0 for p in v)
     return None if ok else f"must be (metric, bound ms) pairs, got {v!r}"
 
 

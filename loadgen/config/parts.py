@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.credentials import url_problems
-from loadgen.config.kinds import _is_number
+from loadgen.config.kinds import is_number
 from loadgen.config.lengths import Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
 from loadgen.config.runconfig import MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
@@ -37,7 +37,7 @@ def trace(r: Reader) -> TraceSpec | None:
         r.bad("trace.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
         fmt = ""
     ts = t.get("time_scale")
-    if ts is not None and (not _is_number(ts) or not ts > 0):
+    if ts is not None and (not is_number(ts) or not ts > 0):
         r.bad("trace.time_scale", f"must be a number > 0, got {ts!r}")
         ts = None
     rate = r.rate("trace.rate", t["rate"]) if "rate" in t else None
@@ -78,7 +78,7 @@ def mix(r: Reader) -> tuple[MixClass, ...]:
         for extra in sorted(set(c) - {"weight", "prompt", "output", "name"}):
             r.bad(f"{k}.{extra}", "unknown key (expected weight, prompt, output, name)")
         w = c.get("weight")
-        if not _is_number(w) or not w > 0:
+        if not is_number(w) or not w > 0:
             r.bad(f"{k}.weight", f"must be a number > 0, got {w!r}")
             w = 1.0
         total += w
@@ -97,7 +97,7 @@ def prefix(r: Reader) -> PrefixSpec | None:
     tokens = r.integer("prefix.tokens", 1, 1) or 1
     groups = r.integer("prefix.groups", 1, 1) or 1
     fraction = p.get("fraction", 1.0)
-    if not _is_number(fraction) or not 0 <= fraction <= 1:
+    if not is_number(fraction) or not 0 <= fraction <= 1:
         r.bad("prefix.fraction", f"must be a number in [0, 1], got {fraction!r}")
         fraction = 1.0
     return PrefixSpec(tokens, groups, float(fraction))

@@ -265,7 +265,8 @@ def run_limits(r: Reader) -> dict[str, Any]:
     """[run]: timeouts and the self-check's limits (run/selfcheck.py): every other [run] row."""
     taken = {"run.requests", "run.duration", "run.concurrency", "run.think_time", "run.warmup_requests",
              "run.max_concurrency"}
-    return {o.field: r.option(o.key) for o in OPTIONS if o.key and o.key.startswith("run.") and o.key not in taken}
+    return {o.field: r.option(o.key) for o in OPTIONS
+            if o.field and o.key and o.key.startswith("run.") and o.key not in taken}
 
 
 def request(r: Reader) -> dict[str, Any]:

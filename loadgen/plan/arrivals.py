@@ -30,6 +30,7 @@ def _bounded(gaps_s: Callable[[int], np.ndarray], mean_gap_s: float, n: int | No
             return np.zeros(0, dtype=np.int64)
         gaps = np.rint(gaps_s(n - 1) * NS_PER_S).astype(np.int64)
         return np.concatenate(([0], np.cumsum(gaps))).astype(np.int64)
+    assert duration_ns is not None  # exactly one of the two is given (checked above)
     if duration_ns <= 0:
         raise ValueError(f"duration_ns must be > 0, got {duration_ns}")
     # Draw in batches sized for the expected count plus margin, until the duration is covered.
@@ -51,6 +52,8 @@ def constant(rate_per_s: float, *, n: int | None = None, duration_ns: int | None
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         return np.rint(np.arange(n) * (NS_PER_S / rate_per_s)).astype(np.int64)
+    if duration_ns is None:
+        raise ValueError("give exactly one of n or duration_ns")
     offsets = constant(rate_per_s, n=int(duration_ns * rate_per_s / NS_PER_S) + 2)
     return offsets[offsets < duration_ns]
 
@@ -142,6 +145,7 @@ def stages(stage_list: list[Stage] | tuple[Stage, ...], *, seed: int, base: str 
             raise ValueError(f"n must be >= 0, got {n}")
         t_s = invert(masses(n, 0.0)) if n else np.zeros(0)
     else:
+        assert duration_ns is not None  # exactly one of the two is given (checked above)
         total_mass = float(start_mass[-1]) + (max(0.0, duration_ns / NS_PER_S - start_s[-1])
                                               * stage_list[-1][2])
         k = int(total_mass + 6 * total_mass ** 0.5 + 16)

@@ -18,12 +18,18 @@ def sample(spec: Lengths, n: int, seed: np.random.SeedSequence,
         return rng.integers(spec.min, spec.max + 1, n, dtype=np.int64)
     if spec.dist == "cycle":
         return np.resize(np.asarray(spec.values, dtype=np.int64), n)
+    raw: np.ndarray
     if spec.dist == "normal":
         raw = rng.normal(spec.mean, spec.sd, n)
     elif spec.dist == "lognormal":
         raw = rng.lognormal(np.log(spec.median), spec.sigma, n)
     elif spec.dist == "empirical":
-        pool = np.asarray(spec.values, dtype=np.int64) if spec.values else trace_lengths(spec)
+        if spec.values:
+            pool = np.asarray(spec.values, dtype=np.int64)
+        elif trace_lengths is None:
+            raise ValueError(f"empirical lengths from {spec.trace}: no trace reader given to sample them")
+        else:
+            pool = trace_lengths(spec)
         if len(pool) == 0:
             raise ValueError(f"empirical lengths from {spec.trace}: the trace has no rows")
         raw = pool[rng.integers(0, len(pool), n)]

@@ -15,17 +15,27 @@ request adds: the user message (minus the prefix, which is sent as its own part)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loadgen import metrics
 from loadgen.plan import arrivals
 from loadgen.plan import lengths
 from loadgen.config.workload import Lengths, RunConfig
+
+if TYPE_CHECKING:
+    from loadgen.plan.traces import Trace
 
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
 _MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
 NONE = -1  # "not set" in the int64 columns below
+_UNSET = np.zeros(0, dtype=np.int64)  # a Schedule column not given (replaced in __post_init__, never kept)
+
+
+def _unset() -> np.ndarray:
+    return _UNSET
 
 
 @dataclass(frozen=True)
@@ -35,24 +45,26 @@ class Schedule:
     max_tokens: np.ndarray      # int64
     warmup: np.ndarray          # bool: sent, but left out of statistics
     seed: int
-    prefix_group: np.ndarray = None   # int64, -1 = no shared prefix
-    session: np.ndarray = None        # int64, -1 = not part of a conversation
-    turn: np.ndarray = None           # int64, 0-based, -1 = not part of a conversation
-    after: np.ndarray = None          # int64, index of the previous turn, -1 = scheduled by time
-    think_ns: np.ndarray = None       # int64, wait after the previous turn's reply (0 otherwise)
-    new_tokens: np.ndarray = None     # int64, tokens of the text this request adds (excl. prefix)
+    # The columns below, when not given (or given as None), are filled by __post_init__: every row's
+    # "not set" value, and new_tokens = prompt_tokens. So a built Schedule always holds all of them.
+    prefix_group: np.ndarray = field(default_factory=_unset)  # int64, -1 = no shared prefix
+    session: np.ndarray = field(default_factory=_unset)       # int64, -1 = not part of a conversation
+    turn: np.ndarray = field(default_factory=_unset)          # int64, 0-based, -1 = not part of a conversation
+    after: np.ndarray = field(default_factory=_unset)         # int64, index of the previous turn, -1 = by time
+    think_ns: np.ndarray = field(default_factory=_unset)      # int64, wait after the previous reply (0 otherwise)
+    new_tokens: np.ndarray = field(default_factory=_unset)    # int64, tokens this request's text adds (no prefix)
     prefix_tokens: int = 0
     blocks: list | None = None        # Mooncake replay: the prompt's 512-token block ids per row
-    conversation: np.ndarray = None   # int64, ShareGPT conversation used (-1 = synthetic text)
+    conversation: np.ndarray = field(default_factory=_unset)  # int64, ShareGPT conversation (-1 = synthetic)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
                            ("think_ns", 0), ("conversation", NONE)):
-            if getattr(self, name) is None:
+            if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
-        if self.new_tokens is None:
+        if self.new_tokens is None or self.new_tokens is _UNSET:
             object.__setattr__(self, "new_tokens", self.prompt_tokens.copy())
 
     def __len__(self) -> int:
@@ -60,26 +72,28 @@ class Schedule:
 
     def offered_rate_per_s(self) -> float:
         """The rate the plan offers: (n - 1) / span of the timed intended times (nan below two)."""
-        t = self.intended_ns[self.after == NONE]
-        if len(t) < 2 or t[-1] == t[0]:
-            return float("nan")
-        return (len(t) - 1) * 1e9 / float(t[-1] - t[0])
+        rate = metrics.rate_per_s(self.intended_ns[self.after == NONE])
+        return float("nan") if rate is None else rate
 
 
 def sub_seed(seed: int, stream: int, *more: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([seed, stream, *more])
 
 
-def _arrivals(config: RunConfig, trace) -> np.ndarray:
+def _arrivals(config: RunConfig, trace: Trace | None) -> np.ndarray:
     a = config.arrivals
     seed = int(np.random.default_rng(sub_seed(config.seed, _ARRIVAL_STREAM)).integers(2**63))
     bound = {"n": config.requests} if config.requests is not None else {"duration_ns": config.duration_ns}
     if config.concurrency or a.rate_per_s == float("inf"):
         # Closed loop: all due at t0; a closed loop's runner re-times each row when a user
         # is free (closedloop.py), rate = inf leaves them to --max-concurrency.
+        if config.requests is None:
+            raise ValueError("a closed loop (concurrency, or rate = inf) needs run.requests")
         return np.zeros(config.requests, dtype=np.int64)
     if a.process == "trace":
         t = config.trace
+        if t is None or trace is None:
+            raise ValueError("arrivals.process \"trace\" needs a [trace] table with a file")
         return arrivals.replay(trace.timestamps_ns, time_scale=t.time_scale, rate_per_s=t.rate_per_s,
                                start_ns=t.start_ns,
                                limit=min(x for x in (t.limit, config.requests, 2**62) if x is not None),
@@ -209,6 +223,7 @@ def _assign_prefix(config: RunConfig, prompt: np.ndarray, n: int) -> tuple[np.nd
     """Each request shares one of `groups` prefixes with probability `fraction`. The prefix is part of
     its prompt: a sharing request's prompt is raised to at least K + 1 so it adds >= 1 own token."""
     p = config.prefix
+    assert p is not None  # called only with a [prefix]
     rng = np.random.default_rng(sub_seed(config.seed, _PREFIX_STREAM))
     shares = rng.random(n) < p.fraction
     group = np.where(shares, rng.integers(0, p.groups, n), NONE).astype(np.int64)
@@ -219,12 +234,14 @@ def _assign_prefix(config: RunConfig, prompt: np.ndarray, n: int) -> tuple[np.nd
 
 def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_trace) -> Schedule:
     s = config.session
+    assert s is not None  # called only with a [session]
     k = len(starts)
     turns = lengths.sample(s.turns, k, sub_seed(config.seed, _TURNS_STREAM))
     total = int(turns.sum())
     # Each turn's new user message and output length: a fresh draw per turn from [prompt]/[output]
     # (or [[mix]]); the first turn keeps the draws made for the arrivals.
-    more_p, more_o = _sample_lengths(config, total, read_trace, 1) if total else (None, None)
+    none = np.zeros(0, dtype=np.int64)
+    more_p, more_o = _sample_lengths(config, total, read_trace, 1) if total else (none, none)
     think = lengths.sample(s.think_ms, total, sub_seed(config.seed, _THINK_STREAM)) * 1_000_000
     prefix_tokens = config.prefix.tokens if config.prefix else 0
     # In a conversation, [prompt] tokens is every turn's new user message, the first one's included: the

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeGuard
 
 import numpy as np
 import orjson
@@ -115,14 +116,14 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
     def length(c: str) -> pl.Expr:
         return pl.col(c).str.strip_chars().cast(pl.Int64, strict=False)
 
-    def select(frame: pl.LazyFrame) -> pl.DataFrame:
+    def select(frame: pl.LazyFrame) -> pl.LazyFrame:
         return frame.select("line", ts.alias("t"), length(in_col).alias("p"), length(out_col).alias("o"))
 
     # Ragged rows: Polars refuses some (with no line number) and silently accepts others, so the field
     # counts are checked first; a file with any is read line by line (its good rows keep their lines).
     frame, ragged = _csv_by_line(p, (t_col, in_col, out_col))
     try:
-        df = select(frame.lazy() if ragged else lf.with_row_index("line", offset=2)).collect(engine="streaming")
+        df = select(lf.with_row_index("line", offset=2) if frame is None else frame.lazy()).collect(engine="streaming")
     except pl.exceptions.PolarsError as e:
         raise TraceError([f"{p}: unreadable CSV: {e}"]) from None
     # A cheap boolean pass first; line numbers and reasons only for the (usually zero) bad rows.
@@ -150,10 +151,10 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
         if failed:
             skipped["failed"] = failed
             df = df.filter(pl.col("o") != 0)
-    t = df["t"].to_numpy().astype(np.int64)
-    if fmt == "azure" and len(t):
-        t = t - t[0]
-    return _nonempty(Trace(str(p), fmt, t, df["p"].to_numpy().astype(np.int64),
+    stamps = df["t"].to_numpy().astype(np.int64)
+    if fmt == "azure" and len(stamps):
+        stamps = stamps - stamps[0]
+    return _nonempty(Trace(str(p), fmt, stamps, df["p"].to_numpy().astype(np.int64),
                            df["o"].to_numpy().astype(np.int64), skipped=skipped))
 
 
@@ -221,10 +222,12 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
             try:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError as e:
-                bad_lines.append(ln), bad_reasons.append(f"not a JSON object ({e})")
+                bad_lines.append(ln)
+                bad_reasons.append(f"not a JSON object ({e})")
                 continue
             if not isinstance(obj, dict):
-                bad_lines.append(ln), bad_reasons.append("not a JSON object")
+                bad_lines.append(ln)
+                bad_reasons.append("not a JSON object")
                 continue
             t, a, b = obj.get(t_key), obj.get(in_key), obj.get(out_key)
             why = None
@@ -244,10 +247,14 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
                                              and all(_int(h) for h in obj.get("hash_ids", []))):
                 why = "hash_ids must be a list of integers"
             if why:
-                bad_lines.append(ln), bad_reasons.append(why)
+                bad_lines.append(ln)
+                bad_reasons.append(why)
                 continue
+            assert _num(t)  # no `why` means t passed the checks above
             last = round(t * ns_per_unit)
-            ts.append(last), pin.append(a), pout.append(b)
+            ts.append(last)
+            pin.append(a)
+            pout.append(b)
             if fmt == "mooncake":
                 hashes.append(obj.get("hash_ids", []))
             else:
@@ -264,9 +271,9 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
                            skipped=skipped))
 
 
-def _num(v) -> bool:
+def _num(v: object) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _int(v) -> bool:
+def _int(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_INT

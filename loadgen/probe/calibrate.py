@@ -10,13 +10,17 @@ output tokens, sent sequentially after one discarded warm-up request (it opens t
 Each probe yields
     prefill_ms = first_token - connected      (server TTFT + network; the same quantity the run's
                                                estimate subtracts, so the network cancels out)
-    itl_ms     = (last_token - first_token) / (output_tokens - 1)
+    decode_ms_per_token = (last_token - first_token) / (output_tokens - 1)
+                          (one request's mean decode time per token, on the idle server: not ITL, which
+                           metrics.py defines per token from every gap, and not a distribution)
 Fit (`fit`), on the median per length (robust to a stray slow probe):
-    prefill_ms(L) = a + b*L + c*L^2  (degree = min(2, distinct lengths - 1); a negative top coefficient
-                                      drops the degree by one, so the curve never bends down)
-    itl_ms(L)     = d + e*L          (KV reads grow with context)
+    prefill_ms(L)          = a + b*L + c*L^2  (degree = min(2, distinct lengths - 1); a negative top
+                                               coefficient drops the degree by one: never bends down)
+    decode_ms_per_token(L) = d + e*L          (KV reads grow with context)
 calibration.json holds the plan, every probe, both fits as {"coef": [a, b, c]} (lowest power first),
-their RMS residuals, and whether the server also gave per-request timings.
+their RMS residuals, and whether the server also gave per-request timings. The decode figure is stored
+under the key `itl_ms` (DECODE_KEY; in each probe and for the fit): analysis/decompose.py and explain.py
+read it, and so do earlier runs' calibration.json files, so the key stays.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from loadgen.client.recorder import Row
 REPS = 3
 PROBE_OUTPUT_TOKENS = 8
 POINTS = 5
+DECODE_KEY = "itl_ms"  # calibration.json's key of decode_ms_per_token (the name is historical, see above)
 
 
 def probe_lengths(planned_prompt_tokens) -> list[int]:
@@ -56,7 +61,8 @@ def probe_record(row: Row) -> dict | None:
     n = row.output_tokens or 0
     return {"prompt_tokens": row.prompt_tokens or row.planned_prompt_tokens,
             "prefill_ms": (row.first_token_ns - row.connected_ns) / 1e6,
-            "itl_ms": (row.last_token_ns - row.first_token_ns) / 1e6 / (n - 1) if n > 1 else None,
+            DECODE_KEY: ((row.last_token_ns - row.first_token_ns) / 1e6 / (n - 1)
+                         if n > 1 and row.last_token_ns is not None else None),
             "server_prefill_ms": row.server_prefill_ms, "server_queue_ms": row.server_queue_ms}
 
 
@@ -70,20 +76,20 @@ def fit(probes: list[dict]) -> dict:
     lengths = np.unique(L)
     med_pre = np.array([np.median(pre[L == x]) for x in lengths])
     pre_coef = _polyfit(lengths, med_pre, 2)
-    with_itl = [p for p in good if p["itl_ms"] is not None]
-    if with_itl:
-        Li = np.array([p["prompt_tokens"] for p in with_itl], dtype=float)
-        itl = np.array([p["itl_ms"] for p in with_itl], dtype=float)
-        li = np.unique(Li)
-        med_itl = np.array([np.median(itl[Li == x]) for x in li])
-        itl_coef = _polyfit(li, med_itl, 1)
-        itl_rms = _rms(itl_coef, li, med_itl)
+    with_decode = [p for p in good if p[DECODE_KEY] is not None]
+    if with_decode:
+        Ld = np.array([p["prompt_tokens"] for p in with_decode], dtype=float)
+        decode = np.array([p[DECODE_KEY] for p in with_decode], dtype=float)  # ms per token, per probe
+        ld = np.unique(Ld)
+        med_decode = np.array([np.median(decode[Ld == x]) for x in ld])
+        decode_coef = _polyfit(ld, med_decode, 1)
+        decode_rms = _rms(decode_coef, ld, med_decode)
     else:
-        itl_coef, itl_rms = [0.0], None
+        decode_coef, decode_rms = [0.0], None
     return {
         "method": "idle-probe",
         "prefill_ms": {"coef": pre_coef, "rms_ms": _rms(pre_coef, lengths, med_pre)},
-        "itl_ms": {"coef": itl_coef, "rms_ms": itl_rms},
+        DECODE_KEY: {"coef": decode_coef, "rms_ms": decode_rms},
         "server_timings": any(p["server_prefill_ms"] is not None for p in good),
         "probes": good,
     }

@@ -69,7 +69,7 @@ class ServerTokenizer(Tokenizer):
         self._probe = Probe(base_url, timeout_s, headers)
         self.api, self.model = api, model
         self.detail = f"{self._probe.base}/tokenize"
-        self.shape: str | None = None
+        self.shape = ""  # the request shape being tried; the one the server answered once __init__ returns
         self.prompt_exact = True
         if progress is not None:
             progress.write(f"probing {self.detail} for the server's tokenizer (vLLM/SGLang, llama.cpp, TGI "
@@ -89,11 +89,11 @@ class ServerTokenizer(Tokenizer):
                 found = shape
                 break
             tried.append(f"{shape}: implausible counts {counts} for texts of {[len(t) for t in _PROBE_TEXTS]} chars")
-        self.shape = found
         if found is None:
             self._probe.close()
             raise TokenizerError(f"{self.detail} gave no usable token count in any known request shape ("
                                  + "; ".join(tried) + ")")
+        self.shape = found
         self.detail += f" ({self.shape} shape)"
         if api == "chat":
             self.prompt_exact = self._chat_countable()
@@ -119,7 +119,7 @@ class ServerTokenizer(Tokenizer):
     def _count(self, body: dict, text: str) -> int:
         status, data = self._ask("/tokenize", body)
         n = tokens_in(self.shape, status, data)
-        if not plausible(text, n):
+        if n is None or not plausible(text, n):
             raise TokenizerError(f"{self.detail}: HTTP {status}, not a plausible tokenize answer for "
                                  f"{len(text)} chars: {data[:120]!r}")
         return n

@@ -5,13 +5,14 @@ import orjson
 
 from loadgen.analysis.summary import METRICS, STATS
 from loadgen.metrics import PERCENTILE_RULE
+from loadgen.results.folder import Summary
 
 
-def to_json(summary: dict) -> str:
+def to_json(summary: Summary) -> str:
     return orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
-def to_text(summary: dict) -> str:
+def to_text(summary: Summary) -> str:
     r, rate, thr = summary["requests"], summary["rate"], summary["throughput"]
     lines = [
         f"run        {summary['run']['path']}  ({summary['run']['status']})",
@@ -63,7 +64,7 @@ def _f(v: float | None) -> str:
     return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
 
 
-def _load_and_goodput(summary: dict) -> list[str]:
+def _load_and_goodput(summary: Summary) -> list[str]:
     out = []
     load = summary.get("load") or {}
     if load.get("loop") == "closed":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from loadgen.analysis.decompose import COMPONENTS
+from loadgen.results.folder import Summary
 
 METHOD_NOTE = {
     "server_timings": "server-reported per-request timings",
@@ -19,7 +20,7 @@ def _f(v) -> str:
     return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
 
 
-def explain_lines(s: dict) -> list[str]:
+def explain_lines(s: Summary) -> list[str]:
     d = s["decomposition_ms"]
     method = d.get("method")
     lines = ["", f"decomposition (ms) of {d['n']} ok requests; method: {method}"

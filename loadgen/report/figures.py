@@ -51,7 +51,7 @@ def cdf_points(values: np.ndarray, max_points: int = CDF_POINTS) -> tuple[list[f
 def latency_samples(run: Run) -> dict[str, np.ndarray]:
     """ttft, itl and e2e samples (ms) over the rows the summary uses (summary.py's definitions)."""
     req = metrics.latency_columns(measured(run))
-    ok = req.filter(pl.col("outcome") == "ok")
+    ok = req.filter(metrics.OK_ROWS)
     return {"ttft": ok["ttft"].drop_nulls().to_numpy(), "itl": itl_ms(run.tokens, ok["request_id"]).to_numpy(),
             "e2e": ok["e2e"].drop_nulls().to_numpy()}
 
@@ -106,7 +106,7 @@ def throughput(run: Run, max_points: int = TIME_POINTS) -> TimeSeries | None:
     if req.height == 0:
         return None
     span = int(req.select(pl.max_horizontal(pl.col("done_ns").max(), pl.col("intended_ns").max())).item() or 0)
-    ok = req.filter(pl.col("outcome") == "ok")
+    ok = req.filter(metrics.OK_ROWS)
     t, offered = _binned(req["intended_ns"].drop_nulls(), None, span, max_points)
     _, done = _binned(ok["last_token_ns"].drop_nulls(), None, span, max_points)
     tok = run.tokens.join(ok.select("request_id"), on="request_id", how="semi")

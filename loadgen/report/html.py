@@ -9,6 +9,9 @@ SIZE_BOUND_BYTES whatever the run's size.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from html import escape
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from loadgen.analysis.decompose import COMPONENTS
 from loadgen.report import figures, tables
 from loadgen.report.gantt_svg import gantt_chart
 from loadgen.report.svg import COMPONENT_COLORS, Bar, Cdf, Series, cdf_chart, line_chart, stacked_bars
-from loadgen.results.folder import Run
+from loadgen.results.folder import Run, Summary
 
 SIZE_BOUND_BYTES = 2_000_000
 # The stacked bars split decode into its parts (decode = ideal + contention + stalls).
@@ -37,7 +40,7 @@ pre{background:#f6f6f6;padding:8px;font-size:11px;overflow:auto;max-height:400px
 """
 
 
-def table_html(t: tables.Table | None, s: dict) -> str:
+def table_html(t: tables.Table | None, s: Mapping[str, Any]) -> str:
     if t is None:
         return ""
     head = "".join(f"<th>{escape(h)}</th>" for h in t.headers)
@@ -55,12 +58,12 @@ def _cell(c: tables.Cell, s: dict) -> str:
     return f"<td>{escape(c)}</td>"
 
 
-def key_span(s: dict, path: str) -> str:
+def key_span(s: Mapping[str, Any], path: str) -> str:
     """A summary value inline in text or in an SVG <text> (tspan works in both)."""
     return f'<tspan data-k="{escape(path)}">{escape(tables.show(tables.lookup(s, path)))}</tspan>'
 
 
-def verdict_html(s: dict) -> str:
+def verdict_html(s: Summary) -> str:
     if s.get("valid"):
         return (f'<p class="verdict valid">Valid run: the generator kept its schedule (status '
                 f'<span data-s="run.status">{escape(str(s["run"]["status"]))}</span>).</p>')
@@ -70,7 +73,7 @@ def verdict_html(s: dict) -> str:
             f"<ul>{reasons}</ul></div>")
 
 
-def diagnosis_html(s: dict) -> str:
+def diagnosis_html(s: Summary) -> str:
     findings = s.get("diagnosis")
     if findings is None:
         return ""
@@ -82,7 +85,7 @@ def diagnosis_html(s: dict) -> str:
     return f"<h2>Diagnosis</h2><ul>{items}</ul>"
 
 
-def cdf_section(s: dict, run: Run) -> str:
+def cdf_section(s: Summary, run: Run) -> str:
     samples = figures.latency_samples(run)
     out = []
     for m, label in (("ttft", "TTFT"), ("itl", "ITL (per token)"), ("e2e", "end-to-end")):
@@ -135,7 +138,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     return "<h2>Over time</h2>" + "".join(out) if out else ""
 
 
-def decomposition_section(s: dict, d: pl.DataFrame | None) -> str:
+def decomposition_section(s: Summary, d: pl.DataFrame | None) -> str:
     agg = s.get("decomposition_ms")
     if not agg or not agg.get("n"):
         return ""
@@ -164,7 +167,7 @@ def decomposition_section(s: dict, d: pl.DataFrame | None) -> str:
     return "".join(out)
 
 
-def gantt_section(s: dict, d: pl.DataFrame | None) -> str:
+def gantt_section(s: Summary, d: pl.DataFrame | None) -> str:
     if d is None or d.height == 0:
         return ""
     rows, prefills = figures.gantt(d)
@@ -176,7 +179,7 @@ def gantt_section(s: dict, d: pl.DataFrame | None) -> str:
                                                  plot_id="gantt"))
 
 
-def render_run(summary: dict, run: Run, decomposition: pl.DataFrame | None = None,
+def render_run(summary: Summary, run: Run, decomposition: pl.DataFrame | None = None,
                metrics: pl.DataFrame | None = None) -> str:
     s = summary
     title = f"loadgen report: {s['run'].get('name') or Path(str(s['run']['path'])).name}"

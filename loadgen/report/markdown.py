@@ -3,19 +3,23 @@ issue or a pull request. The same table specifications and number format as the 
 (tables.py), so every number equals the JSON report's value, rounded for reading."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from loadgen.analysis.decompose import COMPONENTS
 from loadgen.report import tables
+from loadgen.results.folder import Summary
 
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def cell(c: tables.Cell, s: dict) -> str:
+def cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
     return _escape(tables.text(c, s) if isinstance(c, tables.Key) else c)
 
 
-def table_md(t: tables.Table | None, s: dict) -> list[str]:
+def table_md(t: tables.Table | None, s: Mapping[str, Any]) -> list[str]:
     if t is None:
         return []
     lines = [f"**{t.title}**" + (f" ({_escape(t.note)})" if t.note else ""), "",
@@ -25,14 +29,14 @@ def table_md(t: tables.Table | None, s: dict) -> list[str]:
     return lines + [""]
 
 
-def verdict_md(s: dict) -> list[str]:
+def verdict_md(s: Summary) -> list[str]:
     if s.get("valid"):
         return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
     return ["**INVALID run**: its latencies include the client's own delay.", "",
             *(f"- {_escape(r)}" for r in s.get("invalid_reasons") or []), ""]
 
 
-def diagnosis_md(s: dict) -> list[str]:
+def diagnosis_md(s: Summary) -> list[str]:
     findings = s.get("diagnosis")
     if findings is None:
         return []
@@ -42,7 +46,7 @@ def diagnosis_md(s: dict) -> list[str]:
                                    for f in findings), ""]
 
 
-def render_run(summary: dict) -> str:
+def render_run(summary: Summary) -> str:
     s = summary
     t = tables
     lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",

@@ -7,17 +7,17 @@ from pathlib import Path
 import orjson
 import polars as pl
 
-from loadgen.results.folder import ResultsError, Run
+from loadgen.results.folder import ResultsError, Run, Summary
 
 
-def render_run_page(fmt: str, summary: dict, run: Run, decomposition: pl.DataFrame | None) -> str:
+def render_run_page(fmt: str, summary: Summary, run: Run, decomposition: pl.DataFrame | None) -> str:
     if fmt == "md":
-        from loadgen.report.markdown import render_run
+        from loadgen.report.markdown import render_run as render_md
 
-        return render_run(summary)
-    from loadgen.report.html import render_run
+        return render_md(summary)
+    from loadgen.report.html import render_run as render_html
 
-    return render_run(summary, run, decomposition, run.server_metrics())
+    return render_html(summary, run, decomposition, run.server_metrics())
 
 
 def render_sweep_or_compare(path: str, fmt: str) -> str | None:

@@ -11,6 +11,7 @@ p -> -log10(1 - p), so 0.9, 0.99, 0.999 are evenly spaced and the tail a p99 row
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
@@ -215,7 +216,7 @@ def frame(title: str, x_kind: str, x_range: tuple[float, float], y_kind: str, y_
 def line_chart(title: str, series: list[Series], *, x_kind: str = "lin", y_kind: str = "lin",
                x_label: str = "", y_label: str = "", y_zero: bool = True, plot_id: str = "",
                x_range: tuple[float, float] | None = None, width: int = WIDTH, height: int = HEIGHT,
-               markers: list[tuple[float, str, str]] = ()) -> str:
+               markers: Sequence[tuple[float, str, str]] = ()) -> str:
     """Several series against one x (time, rate, ...), optional confidence bands; markers: vertical rules
     (x, label html, colour), e.g. a sweep's knee."""
     xs = [x for s in series for x in s.xs]

@@ -7,10 +7,14 @@ rounded for reading, and a test can check it by resolving the same path in `load
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from dataclasses import dataclass
 
 from loadgen.analysis.summary import METRICS, STATS
 from loadgen.report import _f
+from loadgen.results.folder import Summary
 
 
 @dataclass(frozen=True)
@@ -30,14 +34,14 @@ class Table:
     note: str = ""
 
 
-def lookup(summary: dict, path: str):
+def lookup(summary: Mapping[str, Any], path: str):
     v = summary
     for part in path.split("."):
         v = v[int(part)] if isinstance(v, list) else v[part]
     return v
 
 
-def text(c: Key, summary: dict) -> str:
+def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
     if c.pct and v is not None:
         return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
@@ -58,7 +62,7 @@ def show(v) -> str:
     return str(v)
 
 
-def overview(s: dict) -> Table:
+def overview(s: Summary) -> Table:
     rows = [["requests scheduled", Key("requests.scheduled")], ["ok", Key("requests.ok")],
             ["failed", Key("requests.failed")], ["dropped", Key("requests.dropped")],
             ["offered rate (req/s)", Key("rate.offered_per_s")], ["achieved rate (req/s)", Key("rate.achieved_per_s")],
@@ -77,13 +81,13 @@ def overview(s: dict) -> Table:
     return Table("Requests, rate, throughput", ["", "value"], rows)
 
 
-def latency(s: dict) -> Table:
+def latency(s: Summary) -> Table:
     return Table("Latency (ms)", ["metric", *STATS],
                  [[m, *(Key(f"latency_ms.{m}.{st}") for st in STATS)] for m in METRICS if m in s["latency_ms"]],
                  "exact percentiles over all samples, summary.json `latency_ms`")
 
 
-def histograms(s: dict) -> Table | None:
+def histograms(s: Summary) -> Table | None:
     h = s.get("histograms")
     if not h:
         return None
@@ -92,7 +96,7 @@ def histograms(s: dict) -> Table | None:
                  [[m, *(Key(f"histograms.{m}.{c}") for c in cols)] for m in h])
 
 
-def generator(s: dict) -> Table | None:
+def generator(s: Summary) -> Table | None:
     g = s.get("generator")
     if not g or g.get("send_lag_p99_ms") is None:
         return None
@@ -108,7 +112,7 @@ def generator(s: dict) -> Table | None:
 DECOMPOSITION_COLUMNS = (("mean", "mean"), ("at p99 e2e", "p99_e2e"), ("at p99 TTFT", "p99_ttft"))
 
 
-def decomposition(s: dict, components: tuple[str, ...]) -> Table | None:
+def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     d = s.get("decomposition_ms")
     if not d:
         return None
@@ -122,7 +126,7 @@ def decomposition(s: dict, components: tuple[str, ...]) -> Table | None:
                  f"method: {d.get('method')}")
 
 
-def by_prompt(s: dict) -> Table | None:
+def by_prompt(s: Summary) -> Table | None:
     bins = s.get("by_prompt_tokens") or []
     if not bins:
         return None
@@ -132,7 +136,7 @@ def by_prompt(s: dict) -> Table | None:
                  [[Key(f"by_prompt_tokens.{i}.{c}") for c in cols] for i in range(len(bins))], "ms")
 
 
-def server_crosscheck(s: dict) -> Table | None:
+def server_crosscheck(s: Summary) -> Table | None:
     h = s.get("server_histograms_ms")
     if not h:
         return None
@@ -140,7 +144,7 @@ def server_crosscheck(s: dict) -> Table | None:
                  [[Key(f"server_histograms_ms.{k}") if k in h else "-" for k in ("queue", "prefill", "decode", "n")]])
 
 
-def config_rows(s: dict) -> Table | None:
+def config_rows(s: Summary) -> Table | None:
     c = s.get("config")
     if not isinstance(c, dict):
         return None

@@ -17,15 +17,16 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import orjson
 import polars as pl
 
-from loadgen.errors import ResultsError  # noqa: F401  (raised here; importable from here too)
+from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
 from loadgen.client.recorder import TIME_FIELDS, Row
 
 SCHEMA_VERSION = 1
@@ -43,53 +44,96 @@ REQUEST_SCHEMA = {
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
-class Manifest(TypedDict, total=False):
-    """manifest.json (docs/results.md lists every key and its content). Written before the first request
-    with status `running`, rewritten at the end."""
+Json = dict[str, Any]  # a JSON object (its keys: docs/results.md)
+
+
+class _ManifestRequired(TypedDict):
+    # the keys every manifest.json holds (Manifest lists the others)
     schema_version: int
-    tool: str
-    version: str
     run_id: str
-    status: str                    # running | complete | invalid | interrupted
+    status: str                         # running | complete | invalid | interrupted
     invalid_reasons: list[str]
-    config: dict                   # config.RunConfig.to_manifest(): no secrets
+    config: Json                        # config.RunConfig.to_manifest(): no secrets
+    t0: Json                            # monotonic_ns, unix_ns, iso
+    schedule: Json                      # requests, process, configured_rate_per_s, offered_rate_per_s, ...
+
+
+class Manifest(_ManifestRequired, total=False):
+    """manifest.json (docs/results.md lists every key and its content). Written before the first request
+    with status `running` (run/launch.py), rewritten at the end; a --workers run's is assembled by
+    run/workers.py from its workers' manifest.<w>.json. Every key any of them writes is listed here;
+    optional (total=False) where some manifest lacks it: the first write, a --workers run, a run without
+    the option. (total=False rather than NotRequired: with postponed annotations only total= is seen at
+    run time, by __required_keys__/__optional_keys__.)"""
+    tool: str               # "loadgen" (absent: a --workers run whose worker 0 wrote no manifest)
+    version: str            # the package version
     seed: int
-    target: dict                   # url (redacted), backend, api, builtin_sim
-    t0: dict                       # monotonic_ns, unix_ns, iso
-    host: dict
-    schedule: dict
-    workload: dict
-    calibration: str               # "calibration.json" or why there is none
-    scrape: dict
-    generator: dict                # the self-check (selfcheck.py)
-    finished: dict
+    target: Json            # url (redacted), backend, api, builtin_sim, server
+    host: Json              # hostname, pid, platform, python, cpus
+    workload: Json          # requests_planned, tokenizer, prompt_checks, prompt_lengths, ...
+    client: Json            # headers (redacted), tls (config.client.ClientOptions.manifest)
+    load: Json              # open or closed loop (client.closedloop.load_model)
+    slo: dict[str, float]   # run --slo: {key: ms} (config.slo.slo_keys), read by `report`
+    calibration: str        # "calibration.json" or why there is none (end of run)
+    scrape: Json            # --scrape-metrics: url, interval_s, scrapes, errors, last_error
+    generator: Json         # the self-check (run/selfcheck.py), end of run
+    finished: Json          # monotonic_ns, unix_ns at the end of the run
+    workers: list[Json]     # --workers: one entry per worker (run/workers.py)
+    ray: Json               # --ray: address, start_unix_ns, nodes, max_skew_ms, skew_limit_ms
+    worker: int             # a worker's own manifest.<w>.json only: its index
+    pid: int                # a worker's own manifest.<w>.json only: its process id
 
 
-class Summary(TypedDict, total=False):
-    """summary.json, written by `loadgen report` (analysis/summary.py, analysis/explain.py); docs/results.md
-    lists every key. All latencies in ms."""
-    run: dict
-    requests: dict
-    outcomes: dict[str, int]
-    rate: dict
-    throughput: dict
-    latency_ms: dict[str, dict[str, float | None]]
-    percentiles: str
-    histograms: dict | None
-    generator: dict | None
+class RunSummary(TypedDict):
+    """What analysis/summary.summarize derives from the files of one run. All latencies in ms."""
+    run: Json                                      # path, name, status, target (url)
+    requests: dict[str, int]                       # scheduled, ok, failed, dropped
+    outcomes: dict[str, int]                       # {outcome: rows}
+    rate: dict[str, float | None]                  # offered_per_s, achieved_per_s
+    throughput: dict[str, float | None]            # output_tokens_per_s, requests_per_s
+    latency_ms: dict[str, dict[str, float | None]]  # {metric: {stat: ms}}
+    percentiles: str                               # the percentile rule in words
+    histograms: dict[str, Json] | None             # {metric: HDR summary} of the .hlog files
+    generator: Json | None                         # manifest.generator as is
     valid: bool
     invalid_reasons: list[str]
-    decomposition_ms: dict
-    decomposition_windows: list[dict]
-    by_prompt_tokens: list[dict]
-    server_histograms_ms: dict | None
-    calibration: dict | str
-    roofline: dict | None
-    diagnosis: list[dict]
-    config: dict                   # the run's resolved config (manifest.config)
+    lost: Json | None                              # rows a run that did not finish lacks (completeness.lost)
+    server: str | None                             # manifest.target.server.kind
+    prompt_lengths: Json | None                    # manifest.workload.prompt_lengths as is
 
 
-def loop_lateness_p99_ms(manifest: dict) -> float:
+class Explanation(TypedDict):
+    """What analysis/explain.explain adds."""
+    decomposition_ms: Json
+    decomposition_windows: list[Json]
+    by_prompt_tokens: list[Json]
+    server_histograms_ms: Json | None
+    calibration: Json | str                        # calibration.json without its probes, or why none
+    roofline: Json | None
+    diagnosis: list[Json]
+
+
+class GoodputSection(TypedDict):
+    """What analysis/goodput.section adds when an SLO is known."""
+    slo: dict[str, float]                          # {key: ms} (config.slo.slo_keys)
+    goodput: Json                                  # attainment, requests_per_s, met, requests, attainment_by_slo
+
+
+class _WithSlo(TypedDict, total=False):
+    # GoodputSection's keys, in a summary only when an SLO is known (total=False, not NotRequired: with
+    # postponed annotations only total= is seen at run time, by __required_keys__/__optional_keys__)
+    slo: dict[str, float]
+    goodput: Json
+
+
+class Summary(RunSummary, Explanation, _WithSlo):
+    """summary.json, written by `loadgen report` (analysis/report_summary.build); docs/results.md lists
+    every key. A key added to summary.json is added here too (tests/unit/test_summary_keys.py)."""
+    load: Json                                     # open or closed loop (manifest.load, else open)
+    config: Json | None                            # the run's resolved config (manifest.config)
+
+
+def loop_lateness_p99_ms(manifest: Mapping[str, Any]) -> float:
     """How late the run's event loop ran at p99 (ms; its lateness probe, manifest.generator): the most a
     busy host delayed the client's stamps. 0.0 for a run that has no probe."""
     return float(((manifest.get("generator") or {}).get("loop_lateness_ms") or {}).get("p99") or 0.0)
@@ -108,13 +152,14 @@ class Run:
     def write_decomposition(self, decomposition: pl.DataFrame) -> None:
         write_parquet(self.path / "decomposition.parquet", decomposition)
 
-    def calibration(self) -> dict | None:
+    def calibration(self) -> Json | None:
         """calibration.json (the idle-server fit, calibrate.py), None when the run has none."""
         p = self.path / "calibration.json" if self.path else None
         if p is None or not p.is_file():
             return None
         try:
-            return orjson.loads(p.read_bytes())
+            calibration: Json = orjson.loads(p.read_bytes())
+            return calibration
         except orjson.JSONDecodeError as e:
             raise ResultsError(f"{p}: not valid JSON: {e}") from None
 
@@ -166,13 +211,13 @@ def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
                         schema=TOKEN_SCHEMA)
 
 
-def _atomic_write(path: Path, write) -> None:
+def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
     os.replace(tmp, path)
 
 
-def write_json(path: Path, obj: dict) -> None:
+def write_json(path: Path, obj: Mapping[str, Any]) -> None:
     _atomic_write(Path(path), lambda p: p.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2
                                                                    | orjson.OPT_SERIALIZE_NUMPY)))
 
@@ -305,5 +350,5 @@ def read_run(path: str | Path) -> Run:
     return Run(p, manifest, requests, tokens)
 
 
-def _concat(files: list[Path], schema: dict) -> pl.DataFrame:
+def _concat(files: list[Path], schema: Mapping[str, type[pl.DataType]]) -> pl.DataFrame:
     return pl.concat([pl.read_parquet(f) for f in files]) if files else pl.DataFrame(schema=schema)

@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -117,8 +117,9 @@ def counts_index(hist: HdrHistogram, values_us: np.ndarray) -> np.ndarray:
     bits = ((v | hist.sub_bucket_mask).astype(np.float64).view(np.int64) >> 52) - 1022
     bucket = bits - hist.unit_magnitude - (hist.sub_bucket_half_count_magnitude + 1)
     sub_bucket = v >> (bucket + hist.unit_magnitude)
-    return ((bucket + 1) << hist.sub_bucket_half_count_magnitude) + sub_bucket \
+    index: np.ndarray = ((bucket + 1) << hist.sub_bucket_half_count_magnitude) + sub_bucket \
         - hist.sub_bucket_half_count
+    return index
 
 
 def _add_index_counts(hist: HdrHistogram, index: np.ndarray, counts: np.ndarray,
@@ -247,10 +248,11 @@ def mean_us(hist: HdrHistogram) -> float:
     low, size = _index_ranges(hist)
     mid = low[nz] + (size[nz] >> 1)
     total = sum(int(c) * int(m) for c, m in zip(counts[nz].tolist(), mid.tolist()))
-    return float(total) / hist.get_total_count()
+    count: int = hist.get_total_count()
+    return float(total) / count
 
 
-def summary_ms(h: HdrHistogram | Recorded) -> dict:
+def summary_ms(h: HdrHistogram | Recorded) -> dict[str, Any]:
     # Milliseconds (floats); percentiles are HdrHistogram's: the highest value equivalent to the
     # bucket holding the rank, so at most 0.1 % above the sample. Empty: count 0, the rest None.
     # out_of_range: the count for a Recorded, None (unknown) for a bare histogram.
@@ -270,7 +272,7 @@ def summary_ms(h: HdrHistogram | Recorded) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Interval logs: writing
 
-def log_path(run_dir: str | os.PathLike, metric: str, worker: int | None = None) -> Path:
+def log_path(run_dir: str | os.PathLike[str], metric: str, worker: int | None = None) -> Path:
     # One log per metric; each worker process of a --workers run writes its own, <metric>.<worker>.hlog.
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of {', '.join(METRICS)}")
@@ -282,7 +284,7 @@ class IntervalLogWriter:
     # every interval, even if the run is killed (a torn last line is skipped by the reader).
     # Times are int ns from the run's t0; start_wall_s is the wall-clock time (s) of t0.
 
-    def __init__(self, path: str | os.PathLike, *, start_wall_s: float, tag: str | None = None,
+    def __init__(self, path: str | os.PathLike[str], *, start_wall_s: float, tag: str | None = None,
                  comment: str | None = None):
         if tag is not None and (not tag or _BAD_TAG.search(tag)):
             raise ValueError(f"bad tag {tag!r}: must be non-empty, without commas or whitespace")
@@ -333,11 +335,11 @@ class IntervalLogWriter:
     def __enter__(self) -> "IntervalLogWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def write_interval_log(path: str | os.PathLike, samples_t_ns: np.ndarray, values_ns: np.ndarray,
+def write_interval_log(path: str | os.PathLike[str], samples_t_ns: np.ndarray, values_ns: np.ndarray,
                        *, start_wall_s: float, base_ns: int = 0,
                        interval_ns: int = 1_000_000_000, tag: str | None = None,
                        end_ns: int | None = None) -> Recorded:
@@ -400,7 +402,7 @@ def write_interval_log(path: str | os.PathLike, samples_t_ns: np.ndarray, values
 # ---------------------------------------------------------------------------------------------
 # Interval logs: reading
 
-def read_interval_log(path: str | os.PathLike) -> list[Interval]:
+def read_interval_log(path: str | os.PathLike[str]) -> list[Interval]:
     # Reads logs of any HdrHistogram writer. Start times follow the package's HistogramLogReader:
     # timestamp + BaseTime - StartTime; without StartTime the first timestamp is the start, and
     # without BaseTime timestamps more than a year before StartTime are taken as relative.
@@ -458,11 +460,11 @@ def merge_intervals(intervals: Iterable[Interval], *, tag: str | None = None) ->
     return Recorded(merge(iv.hist for iv in chosen), sum(iv.out_of_range for iv in chosen))
 
 
-def merge_log(path: str | os.PathLike, *, tag: str | None = None) -> HdrHistogram:
+def merge_log(path: str | os.PathLike[str], *, tag: str | None = None) -> HdrHistogram:
     return merge_intervals(read_interval_log(path), tag=tag).hist
 
 
-def merge_logs(paths: Iterable[str | os.PathLike], *, tag: str | None = None) -> Recorded:
+def merge_logs(paths: Iterable[str | os.PathLike[str]], *, tag: str | None = None) -> Recorded:
     # Several workers' logs of one metric -> the whole run, exactly.
     total = Recorded(new_histogram(), 0)
     for p in paths:

@@ -46,7 +46,7 @@ from loadgen.analysis.knee import KNEE_TOLERANCE, TTFT_FACTOR, keeps_up, knee, m
 from loadgen.analysis.report_summary import build
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.errors import ExitCode
-from loadgen.metrics import fitted_rate_per_s
+from loadgen.metrics import OK_ROWS, fitted_rate_per_s
 from loadgen.results.folder import read_run, write_json
 
 SCHEMA_VERSION = 1
@@ -255,7 +255,7 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
     folder = out / entry["dir"]
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
-    ok = run.requests.filter(~pl.col("warmup") & (pl.col("outcome") == "ok"))
+    ok = run.requests.filter(~pl.col("warmup") & OK_ROWS)
     max_waiting, max_kv = facts_from_metrics(run.server_metrics())  # with --scrape-metrics, else None
     dec = (s.get("decomposition_ms") or {}).get("mean") or {}
     rec = {

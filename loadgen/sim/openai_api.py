@@ -34,7 +34,7 @@ def _max_tokens(body: dict, *keys: str) -> int:
     return DEFAULT_MAX_TOKENS
 
 
-def _common(body: Any) -> tuple[bool, bool, str]:
+def _common(body: Any) -> tuple[bool, bool, bool, str]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     stream = bool(body.get("stream", False))

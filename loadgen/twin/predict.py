@@ -96,7 +96,7 @@ def simulate(profile: Profile, intended_ns: np.ndarray, prompt_tokens: np.ndarra
 def point(rows: pl.DataFrame, warmup: np.ndarray) -> dict:
     """Latency distributions (ms) and rates of one simulated or measured run's rows (ok, not warm-up)."""
     df = metrics.latency_columns(rows.filter(~pl.Series(warmup)), suffix="_ms", names=LATENCIES)
-    okr = df.filter(pl.col("outcome") == "ok")
+    okr = df.filter(metrics.OK_ROWS)
     p = {"requests": df.height, "ok": okr.height, "valid": True,
          "offered_per_s": metrics.fitted_rate_per_s(okr["intended_ns"].to_numpy()),
          "completed_per_s": metrics.fitted_rate_per_s(okr["last_token_ns"].to_numpy()),

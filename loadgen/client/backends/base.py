@@ -7,7 +7,8 @@ Every backend implements the whole Backend protocol below.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from loadgen.client.recorder import Row
 
@@ -29,8 +30,9 @@ class Backend(Protocol):
     def reply_text(self, reads: list[bytes]) -> str:
         """The generated text of a finished response (a session's next turn sends it back)."""
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
-        """Fill the row's token fields, server timings and outcome from the stamped reads."""
+    def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
+        """Fill the row's token fields, server timings and outcome from the stamped reads (read_t_ns[i]:
+        the monotonic ns at which reads[i] landed)."""
 
 
 def user(prompt: str) -> Messages:
@@ -42,7 +44,7 @@ def joined(messages: Messages) -> str:
     return "\n".join(m["content"] for m in messages)
 
 
-def messages_payload(api: str, model: str, messages: Messages) -> dict:
+def messages_payload(api: str, model: str, messages: Messages) -> dict[str, Any]:
     # The request's text, as OpenAI and Ollama both shape it: messages for chat, else one `prompt`.
     if api == "chat":
         return {"model": model, "messages": messages}

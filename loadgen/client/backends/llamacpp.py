@@ -10,6 +10,9 @@ analysis/decompose.py derives it). Tokens per chunk follow the rule of backends/
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import orjson
 
 from loadgen.client.backends.base import Messages, joined
@@ -20,7 +23,7 @@ from loadgen.client.recorder import Row
 class LlamaCppBackend:
     path = "/completion"
 
-    def __init__(self, api: str, model: str, extra_body: dict):
+    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         # One native endpoint: `api` (completions|chat) is accepted and the prompt is sent as is.
         self.api, self.model, self.extra_body = api, model, extra_body
 
@@ -34,23 +37,25 @@ class LlamaCppBackend:
     def reply_text(self, reads: list[bytes]) -> str:
         return "".join(self._parse([0] * len(reads), reads)[0].texts)
 
-    def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
+    def _parse(self, read_t_ns: Sequence[int], reads: list[bytes]) -> tuple[Stream, dict[str, Any]]:
         stream = Stream()
-        final: dict = {}
+        final: dict[str, Any] = {}
         for t, data in sse_events(read_t_ns, reads, stream):
             final = self._event(data, t, stream) or final
         return stream, final
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+    def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
         stream, final = self._parse(read_t_ns, reads)
-        timings = final.get("timings") if isinstance(final.get("timings"), dict) else {}
+        timings = final.get("timings")
+        if not isinstance(timings, dict):
+            timings = {}
         count = as_int(final.get("tokens_predicted", timings.get("predicted_n")))
         prompt_n = as_int(final.get("tokens_evaluated", timings.get("prompt_n")))
         stream.fill(row, count, prompt_n, bool(final.get("stop")), "the stop: true event")
         llamacpp_timings(row, timings)
 
     @staticmethod
-    def _event(data: bytes, t: int, stream: Stream) -> dict | None:
+    def _event(data: bytes, t: int, stream: Stream) -> dict[str, Any] | None:
         """The final (stop: true) object, else None."""
         if data == b"[DONE]":
             return None
@@ -61,7 +66,7 @@ class LlamaCppBackend:
         return obj if obj.get("stop") else None
 
 
-def llamacpp_timings(row: Row, timings: dict) -> None:
+def llamacpp_timings(row: Row, timings: dict[str, Any]) -> None:
     # prompt_ms: the prompt's processing (prefill, cached tokens excluded); predicted_ms: the decode.
     row.server_prefill_ms = as_float(timings.get("prompt_ms"))
     row.server_decode_ms = as_float(timings.get("predicted_ms"))

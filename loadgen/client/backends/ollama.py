@@ -15,6 +15,9 @@ ok only when its `done: true` object arrived.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import orjson
 
 from loadgen.client.backends.base import Messages, messages_payload, user
@@ -26,7 +29,7 @@ PATHS = {"completions": "/api/generate", "chat": "/api/chat"}
 
 
 class OllamaBackend:
-    def __init__(self, api: str, model: str, extra_body: dict):
+    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]
 
@@ -43,9 +46,9 @@ class OllamaBackend:
     def reply_text(self, reads: list[bytes]) -> str:
         return "".join(self._parse([0] * len(reads), reads)[0].texts)
 
-    def _parse(self, read_t_ns, reads: list[bytes]) -> tuple[Stream, dict]:
+    def _parse(self, read_t_ns: Sequence[int], reads: list[bytes]) -> tuple[Stream, dict[str, Any]]:
         stream = Stream()
-        final: dict = {}
+        final: dict[str, Any] = {}
         pending: list[bytes] = []  # reads of the line still open: joined once (a huge line stays linear)
         size = dropped = 0
         skipping = False  # inside a dropped line, until its end
@@ -70,7 +73,7 @@ class OllamaBackend:
         stream.lines_dropped(dropped)
         return stream, final
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+    def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
         stream, final = self._parse(read_t_ns, reads)
         stream.fill(row, as_int(final.get("eval_count")), as_int(final.get("prompt_eval_count")),
                     bool(final.get("done")), "the done: true object")
@@ -78,11 +81,11 @@ class OllamaBackend:
                                                                "eval_duration"))
         row.server_prefill_ms = None if prompt is None else prompt / 1e6
         row.server_decode_ms = None if gen is None else gen / 1e6
-        if None not in (total, prompt, gen):
+        if total is not None and prompt is not None and gen is not None:
             row.server_queue_ms = max(0, total - prompt - gen) / 1e6
 
     @staticmethod
-    def _line(line: bytes, t: int, stream: Stream) -> dict | None:
+    def _line(line: bytes, t: int, stream: Stream) -> dict[str, Any] | None:
         """The final (done: true) object, else None."""
         line = line.strip()
         if not line:

@@ -18,7 +18,9 @@ takes the full parse above. Chunk times are the stamp of the read that completed
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain, islice, repeat
+from typing import Any
 
 import orjson
 
@@ -31,7 +33,7 @@ PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 class OpenAIBackend:
-    def __init__(self, api: str, model: str, extra_body: dict):
+    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]
 
@@ -45,16 +47,17 @@ class OpenAIBackend:
         return orjson.dumps(payload)
 
     def reply_text(self, reads: list[bytes]) -> str:
-        stream, state = Stream(), {"usage": None, "metrics": None, "ended": False}
+        stream = Stream()
+        state: dict[str, Any] = {"usage": None, "metrics": None, "ended": False}
         for _, data in sse_events([0] * len(reads), reads, stream):
             self._event(data, 0, stream, state)
         return "".join(stream.texts)
 
-    def interpret(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+    def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
         if not self._interpret_fast(row, read_t_ns, reads):
             self._interpret_full(row, read_t_ns, reads)
 
-    def _interpret_fast(self, row: Row, read_t_ns, reads: list[bytes]) -> bool:
+    def _interpret_fast(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> bool:
         # Whole-body checks (each one C pass over the bytes) instead of a check per event: any doubt
         # returns False and the full parse decides.
         if not reads:
@@ -125,9 +128,9 @@ class OpenAIBackend:
             row.outcome = OK
         return True
 
-    def _interpret_full(self, row: Row, read_t_ns, reads: list[bytes]) -> None:
+    def _interpret_full(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
         stream = Stream()
-        state = {"usage": None, "metrics": None, "timings": None, "ended": False}
+        state: dict[str, Any] = {"usage": None, "metrics": None, "timings": None, "ended": False}
         for t, data in sse_events(read_t_ns, reads, stream):
             self._event(data, t, stream, state)
         usage = state["usage"] or {}
@@ -135,7 +138,7 @@ class OpenAIBackend:
                     "[DONE] or a finish_reason")
         _server_timings(row, state["metrics"], state["timings"])
 
-    def _event(self, data: bytes, t: int, stream: Stream, state: dict) -> None:
+    def _event(self, data: bytes, t: int, stream: Stream, state: dict[str, Any]) -> None:
         if data == b"[DONE]":
             state["ended"] = True
             return
@@ -152,7 +155,7 @@ class OpenAIBackend:
             state["ended"] = True
 
     @staticmethod
-    def _choices(obj: dict, t: int, stream: Stream) -> bool:
+    def _choices(obj: dict[str, Any], t: int, stream: Stream) -> bool:
         """Adds the object's text chunks to stream; True when a choice says it finished."""
         finished = False
         choices = obj.get("choices")
@@ -161,14 +164,16 @@ class OpenAIBackend:
                 continue
             text = choice.get("text")
             if text is None:
-                delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
+                    delta = {}
                 text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))
         return finished
 
 
-def _server_timings(row: Row, metrics, timings=None) -> None:
+def _server_timings(row: Row, metrics: object, timings: object = None) -> None:
     # llama.cpp's timings (the same object as on its native /completion: see backends/llamacpp.py).
     if isinstance(timings, dict):
         llamacpp_timings(row, timings)

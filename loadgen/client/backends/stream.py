@@ -14,6 +14,9 @@ marker makes it a stream_error (the tokens seen are kept); otherwise ok.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 import numpy as np
 import orjson
 
@@ -31,7 +34,7 @@ class Stream:
         self.error: str | None = None
         self.malformed: str | None = None
 
-    def decode(self, data: bytes) -> dict | None:
+    def decode(self, data: bytes) -> dict[str, Any] | None:
         """The event's JSON object; None for an error event or a malformed one (both recorded)."""
         try:
             obj = orjson.loads(data)
@@ -77,7 +80,7 @@ class Stream:
             row.outcome = OK
 
 
-def sse_events(read_t_ns, reads: list[bytes], stream: Stream):
+def sse_events(read_t_ns: Sequence[int], reads: list[bytes], stream: Stream) -> Iterator[tuple[int, bytes]]:
     """(stamp, data) of every SSE event in the reads: an event is stamped with the read that completed
     it; what the stream's end completes, with the last read's stamp. Lines the parser dropped as too
     long make the stream malformed."""
@@ -106,12 +109,13 @@ def spread_tokens(lengths: list[int], total: int | None) -> list[int]:
     left = rest - int(add.sum())
     if left:
         add[np.argsort(-(share - add), kind="stable")[:left]] += 1
-    return (base + add).tolist()
+    out: list[int] = (base + add).tolist()
+    return out
 
 
-def as_int(v) -> int | None:
+def as_int(v: object) -> int | None:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def as_float(v) -> float | None:
+def as_float(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
