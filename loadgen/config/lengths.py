@@ -52,88 +52,109 @@ class Lengths:
     components: tuple[Lengths, ...] = ()
 
 
-def parse(v: Any, key: str, bad: Callable[[str, str], None], base_dir: Path) -> Lengths:
+Bad = Callable[[str, str], None]   # bad(key, message): records one problem, parsing goes on
+_ONE = Lengths(value=1)            # what a spec with a problem parses to (the problem is reported)
+
+
+def parse(v: Any, key: str, bad: Bad, base_dir: Path) -> Lengths:
     """Turn the file's form into Lengths, reporting every problem through bad(key, message)."""
     if isinstance(v, bool):
         bad(key, f"must be an integer or a table, got {v!r}")
-        return Lengths(value=1)
+        return _ONE
     if isinstance(v, int):
         if v < 1:
             bad(key, f"must be >= 1, got {v}")
         return Lengths(value=v)
     if not isinstance(v, dict):
         bad(key, f"must be an integer or a table like {{ dist = \"uniform\", min = 64, max = 512 }}, got {v!r}")
-        return Lengths(value=1)
+        return _ONE
     dist = v.get("dist", "fixed")
     if dist not in DISTS:
         bad(f"{key}.dist", f"must be one of {', '.join(DISTS)}, got {dist!r}")
-        return Lengths(value=1)
+        return _ONE
     allowed = _KEYS[dist] | {"dist", "weight"}
     for k in sorted(set(v) - allowed):
         bad(f"{key}.{k}", f"unknown key for dist {dist!r} (expected {', '.join(sorted(allowed - {'weight'}))})")
-
-    def num(name: str, *, integer: bool = False, minimum: float = 0.0, strict: bool = False,
-            default: Any = None) -> Any:
-        x = v.get(name, default)
-        if x is None:
-            bad(f"{key}.{name}", "missing")
-            return 1
-        ok = isinstance(x, int) if integer else isinstance(x, (int, float))
-        if isinstance(x, bool) or not ok or (x <= minimum if strict else x < minimum):
-            what = "an integer" if integer else "a number"
-            bad(f"{key}.{name}", f"must be {what} {'>' if strict else '>='} {minimum:g}, got {x!r}")
-            return 1
-        return x
-
-    lo = num("min", integer=True, minimum=1, default=1)
-    hi = num("max", integer=True, minimum=1, default=DEFAULT_MAX)
+    t = _Table(v, key, bad)
+    lo = t.num("min", integer=True, minimum=1, default=1)
+    hi = t.num("max", integer=True, minimum=1, default=DEFAULT_MAX)
     if lo > hi:
         bad(key, f"min ({lo}) must be <= max ({hi})")
     if dist == "fixed":
-        return Lengths(value=num("value", integer=True, minimum=1))
+        return Lengths(value=t.num("value", integer=True, minimum=1))
     if dist == "uniform":
         if "min" not in v or "max" not in v:
             bad(key, "uniform needs min and max")
         return Lengths("uniform", min=lo, max=hi)
     if dist == "normal":
-        return Lengths("normal", min=lo, max=hi, mean=float(num("mean", minimum=0, strict=True)),
-                       sd=float(num("sd", minimum=0)))
+        return Lengths("normal", min=lo, max=hi, mean=float(t.num("mean", minimum=0, strict=True)),
+                       sd=float(t.num("sd", minimum=0)))
     if dist == "lognormal":
-        return Lengths("lognormal", min=lo, max=hi, median=float(num("median", minimum=0, strict=True)),
-                       sigma=float(num("sigma", minimum=0)))
+        return Lengths("lognormal", min=lo, max=hi, median=float(t.num("median", minimum=0, strict=True)),
+                       sigma=float(t.num("sigma", minimum=0)))
     if dist == "cycle":
-        values = v.get("values")
-        if (not isinstance(values, list) or not values
-                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
-            bad(f"{key}.values", "must be a non-empty list of integers >= 1")
-            return Lengths(value=1)
-        return Lengths("cycle", values=tuple(values))
+        values = _values(v, key, bad)
+        return Lengths("cycle", values=values) if values else _ONE
     if dist == "empirical":
-        values, trace = v.get("values"), v.get("trace")
-        if (values is None) == (trace is None):
-            bad(key, "empirical needs exactly one of values (a list) or trace (a file)")
-            return Lengths(value=1)
-        if trace is not None:
-            if not isinstance(trace, str) or not trace:
-                bad(f"{key}.trace", f"must be a file name, got {trace!r}")
-                return Lengths(value=1)
-            path = (base_dir / trace) if not Path(trace).is_absolute() else Path(trace)
-            if not path.is_file():
-                bad(f"{key}.trace", f"no such file {str(path)!r}")
-            fmt = v.get("format", "")
-            if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):
-                bad(f"{key}.format", f"must be one of azure, mooncake, burstgpt, jsonl, got {fmt!r}")
-                fmt = ""
-            return Lengths("empirical", min=lo, max=hi, trace=str(path), trace_format=fmt)
-        if (not isinstance(values, list) or not values
-                or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
-            bad(f"{key}.values", "must be a non-empty list of integers >= 1")
-            return Lengths(value=1)
-        return Lengths("empirical", min=lo, max=hi, values=tuple(values))
+        return _empirical(v, key, bad, base_dir, lo, hi)
+    return _mixture(v, key, bad, base_dir, lo, hi)
+
+
+class _Table:
+    # The numbers of one length table: a bad or missing one is reported and read as 1.
+    def __init__(self, v: dict, key: str, bad: Bad):
+        self.v, self.key, self.bad = v, key, bad
+
+    def num(self, name: str, *, integer: bool = False, minimum: float = 0.0, strict: bool = False,
+            default: Any = None) -> Any:
+        x = self.v.get(name, default)
+        if x is None:
+            self.bad(f"{self.key}.{name}", "missing")
+            return 1
+        ok = isinstance(x, int) if integer else isinstance(x, (int, float))
+        if isinstance(x, bool) or not ok or (x <= minimum if strict else x < minimum):
+            what = "an integer" if integer else "a number"
+            self.bad(f"{self.key}.{name}", f"must be {what} {'>' if strict else '>='} {minimum:g}, got {x!r}")
+            return 1
+        return x
+
+
+def _values(v: dict, key: str, bad: Bad) -> tuple[int, ...]:
+    # `values = [...]` of cycle and inline empirical: () after reporting a problem
+    values = v.get("values")
+    if (not isinstance(values, list) or not values
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
+        bad(f"{key}.values", "must be a non-empty list of integers >= 1")
+        return ()
+    return tuple(values)
+
+
+def _empirical(v: dict, key: str, bad: Bad, base_dir: Path, lo: int, hi: int) -> Lengths:
+    values, trace = v.get("values"), v.get("trace")
+    if (values is None) == (trace is None):
+        bad(key, "empirical needs exactly one of values (a list) or trace (a file)")
+        return _ONE
+    if trace is None:
+        inline = _values(v, key, bad)
+        return Lengths("empirical", min=lo, max=hi, values=inline) if inline else _ONE
+    if not isinstance(trace, str) or not trace:
+        bad(f"{key}.trace", f"must be a file name, got {trace!r}")
+        return _ONE
+    path = (base_dir / trace) if not Path(trace).is_absolute() else Path(trace)
+    if not path.is_file():
+        bad(f"{key}.trace", f"no such file {str(path)!r}")
+    fmt = v.get("format", "")
+    if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):
+        bad(f"{key}.format", f"must be one of azure, mooncake, burstgpt, jsonl, got {fmt!r}")
+        fmt = ""
+    return Lengths("empirical", min=lo, max=hi, trace=str(path), trace_format=fmt)
+
+
+def _mixture(v: dict, key: str, bad: Bad, base_dir: Path, lo: int, hi: int) -> Lengths:
     comps = v.get("components")
     if not isinstance(comps, list) or not comps:
         bad(f"{key}.components", "must be a non-empty list of tables, each with a weight and a dist")
-        return Lengths(value=1)
+        return _ONE
     parsed, weights = [], []
     for i, c in enumerate(comps):
         ck = f"{key}.components[{i}]"
