@@ -75,29 +75,7 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: 
     g = gap_arrays(tokens, d["request_id"]) if g is None else g
     if g.owner.size == 0:
         return empty
-    # numpy over the gaps (each request's contiguous, in time order): a few arrays of the gap count, where
-    # window expressions over 10 M rows materialize several copies
-    rid, k = g.owner, g.k
-    gap_ns = g.gap_ns.astype(np.float64)
-    per_rid = (pl.DataFrame({"rid": rid, "itl_ns": gap_ns / k}).group_by("rid")
-               .agg(b=pl.col("itl_ns").quantile(BASELINE_Q, interpolation="lower")))
-    baseline = np.zeros(g.names.len())
-    baseline[per_rid["rid"].to_numpy()] = per_rid["b"].to_numpy()
-    del per_rid
-    baseline = baseline[rid]
-    # excess = gap - k * baseline - the next gap's shortfall (the client read this gap's end late), in place
-    excess = np.multiply(k, baseline)
-    np.subtract(gap_ns, excess, out=excess)
-    catch_up = np.multiply(k[1:], baseline[:-1])
-    catch_up -= gap_ns[1:]
-    np.clip(catch_up, 0, None, out=catch_up)
-    catch_up[rid[1:] != rid[:-1]] = 0
-    excess[:-1] -= catch_up
-    del catch_up, gap_ns
-    baseline *= rule.rel
-    baseline += rule.abs_ns
-    sel = np.flatnonzero(excess > baseline)
-    del baseline
+    sel, excess = _elevated_gaps(g, rule)
     if sel.size == 0:
         return empty
     eps = rule.eps_ns
@@ -111,7 +89,7 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: 
     ).sort("q_end")
     key_of = (pl.DataFrame({"request_id": g.names}).with_row_index("rid").join(ids, on="request_id", how="left")
               .sort("rid")["key"].fill_null(-1).to_numpy())
-    el_key, el_excess = key_of[rid[sel]], excess[sel]
+    el_key, el_excess = key_of[g.owner[sel]], excess[sel]
     el_lo, el_hi = g.prev_ns[sel] + eps, g.t_ns[sel] - eps
     del excess
     q_end, q_start, q_key = iv["q_end"].to_numpy(), iv["q_start"].to_numpy(), iv["key"].to_numpy()
@@ -146,6 +124,34 @@ def attribute_stalls(tokens: pl.DataFrame, d: pl.DataFrame, rule: StallRule, g: 
                    .group_by("key").agg(stall_ms=pl.col("excess_ns").sum() / 1e6).sort("key"))
     return pl.DataFrame([ids["request_id"].gather(per_request["key"]), per_request["stall_ms"],
                          causes["stall_causes"]])
+
+
+def _elevated_gaps(g: Gaps, rule: StallRule) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps beyond the rule's threshold over their request's baseline ITL: (indices into g's gaps, every
+    gap's excess ns over k x baseline, less the next gap's catch-up)."""
+    # numpy over the gaps (each request's contiguous, in time order): a few arrays of the gap count, where
+    # window expressions over 10 M rows materialize several copies
+    rid, k = g.owner, g.k
+    gap_ns = g.gap_ns.astype(np.float64)
+    per_rid = (pl.DataFrame({"rid": rid, "itl_ns": gap_ns / k}).group_by("rid")
+               .agg(b=pl.col("itl_ns").quantile(BASELINE_Q, interpolation="lower")))
+    baseline = np.zeros(g.names.len())
+    baseline[per_rid["rid"].to_numpy()] = per_rid["b"].to_numpy()
+    del per_rid
+    baseline = baseline[rid]
+    # excess = gap - k * baseline - the next gap's shortfall (the client read this gap's end late), in place
+    excess = np.multiply(k, baseline)
+    np.subtract(gap_ns, excess, out=excess)
+    catch_up = np.multiply(k[1:], baseline[:-1])
+    catch_up -= gap_ns[1:]
+    np.clip(catch_up, 0, None, out=catch_up)
+    catch_up[rid[1:] != rid[:-1]] = 0
+    excess[:-1] -= catch_up
+    del catch_up, gap_ns
+    baseline *= rule.rel
+    baseline += rule.abs_ns
+    sel = np.flatnonzero(excess > baseline)
+    return sel, excess
 
 
 def _candidate_causes(q_end: np.ndarray, q_start: np.ndarray, lo: np.ndarray, hi: np.ndarray):
