@@ -1,0 +1,45 @@
+"""What a run returns, and how it speaks: the outcome (folder, status, reasons, exit code) and the
+progress lines (to the `progress` stream, stderr from the CLI; None = quiet).
+
+Exit codes: 0 complete, 3 invalid (the run did not measure the server: its reasons say why), 130
+interrupted (SIGINT/SIGTERM), 2 usage (raised as ConfigError before a run starts).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+EXIT_OK, EXIT_USAGE, EXIT_INVALID, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    status: str                      # complete | interrupted | invalid
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return {"complete": EXIT_OK, "invalid": EXIT_INVALID}.get(self.status, EXIT_INTERRUPTED)
+
+
+def say(out: TextIO | None, text: str) -> None:
+    if out is not None:
+        if out.isatty():
+            out.write("\r\033[K")
+        out.write(text + "\n")
+        out.flush()
+
+
+def say_lengths(out: TextIO | None, lengths: dict) -> None:
+    """The prompt-length verdict (prompts.verdict), when the lengths are not exact."""
+    # A warning is not progress: on stderr with --quiet too (the note for an asked-for approximation is).
+    if lengths["exact"]:
+        return
+    if lengths["asked_approximate"]:
+        say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
+    else:
+        say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
+                               f"invalid, exit code {EXIT_INVALID}, unless prompt.tokenizer = \"approximate\")")
