@@ -112,16 +112,7 @@ async def measure(job: Job) -> Measured:
     clock = make_clock()
     url, headers = job.target.url, job.target.headers
     tls = job.target.client.ssl_context()
-    # Probe the idle server before t0.
-    if config.calibrate:
-        await _calibrate(config, job.schedule, job.backend, url, headers, clock, writer, progress, stop, tls)
-    else:
-        say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
-                      "report cannot split TTFT into queueing and prefill")
-    transport = make_transport(url, headers, tls, clock)
-    await transport.__aenter__()
-    say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
-    await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
+    transport = await _before_t0(job, clock, stop, tls)
     mono_now, wall_now = clock.now_ns(), time.time_ns()
     # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
     t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
@@ -184,6 +175,21 @@ async def measure(job: Job) -> Measured:
                  "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
     return Measured(status, started, requests, generator, scrape,
                     _progress_line(runner, recorder, t0, len(rows), clock.now_ns))
+
+
+async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
+    """Calibrate the idle server (when asked), then open and warm the run's transport; returns it, entered."""
+    config, url, headers, progress = job.target.config, job.target.url, job.target.headers, job.progress
+    if config.calibrate:
+        await _calibrate(config, job.schedule, job.backend, url, headers, clock, job.writer, progress, stop, tls)
+    else:
+        say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
+                      "report cannot split TTFT into queueing and prefill")
+    transport = make_transport(url, headers, tls, clock)
+    await transport.__aenter__()
+    say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
+    await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
+    return transport
 
 
 async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer: RunWriter,
