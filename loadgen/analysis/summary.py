@@ -5,9 +5,10 @@ rows excluded). Beyond those:
 - offered rate = (n - 1) / span of intended times; achieved = the same over dispatch times.
 - throughput: ok requests and their output tokens over [first intended, last done].
 Percentiles are exact over all samples (nearest rank), not histogram estimates.
-`histograms` reads the run's HdrHistogram interval logs back (`<metric>.hlog`, and the logs of other
-workers `<metric>.<worker>.hlog`, merged exactly): counts, out-of-range counts (values the histograms
-could not hold: negative or above 1 h) and HDR percentiles, a cross-check of the exact ones above.
+`histograms` reads the run's HdrHistogram interval logs back (`<metric>.hlog`; hdr.interval_logs also
+finds the per-worker logs of older or unfinished --workers runs, merged exactly): counts, out-of-range
+counts (values the histograms could not hold: negative or above 1 h) and HDR percentiles, a cross-check
+of the exact ones above.
 `generator` is the run's self-check from the manifest (selfcheck.py).
 """
 from __future__ import annotations
@@ -95,7 +96,7 @@ def histograms(run_dir: str | Path) -> dict[str, dict] | None:
     p = Path(run_dir)
     out = {}
     for m in hdr.METRICS:
-        logs = sorted({*p.glob(f"{m}.hlog"), *p.glob(f"{m}.*.hlog")})
+        logs = hdr.interval_logs(p, m)
         if logs:
             try:
                 out[m] = hdr.summary_ms(hdr.merge_logs(logs))

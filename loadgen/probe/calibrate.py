@@ -66,8 +66,8 @@ def probe_record(row: Row) -> dict | None:
             "server_prefill_ms": row.server_prefill_ms, "server_queue_ms": row.server_queue_ms}
 
 
-def fit(probes: list[dict]) -> dict:
-    """probes: probe_record() dicts. Raises ValueError when nothing usable came back."""
+def fit(probes: list[dict | None]) -> dict:
+    """probes: probe_record() dicts (None: a probe that failed). Raises ValueError when nothing usable came back."""
     good = [p for p in probes if p is not None]
     if not good:
         raise ValueError("no calibration probe succeeded")

@@ -65,7 +65,7 @@ class TimeSeries:
 def interval_percentiles(run_dir: Path, metric: str, max_points: int = TIME_POINTS) -> TimeSeries | None:
     """p50, p99 and count per interval of <metric>.hlog (all workers' logs merged by interval start),
     intervals merged in groups when there are more than max_points. None without a log."""
-    logs = sorted({*run_dir.glob(f"{metric}.hlog"), *run_dir.glob(f"{metric}.*.hlog")})
+    logs = hdr.interval_logs(run_dir, metric)
     if not logs:
         return None
     by_start: dict[float, list] = {}

@@ -4,11 +4,14 @@
                        t0 as monotonic ns and wall-clock time, host, status and reasons
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
+    <metric>.hlog      HdrHistogram interval logs (hdr.py), a line per second
     calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
-    requests.<w>.parquet, tokens.<w>.parquet, manifest.<w>.json, <metric>.<w>.hlog
-                       worker w's share of a --workers run (workers.py), read as one run
-    _parts/            flushed as the run goes; merged into the two files above at the end (a run
-                       killed with SIGKILL leaves its parts, which read_run() still reads)
+    _parts/            flushed as the run goes; merged into the files above at the end (a run killed
+                       with SIGKILL leaves its parts, which read_run() still reads)
+The same files in every mode: a run split over worker processes or Ray actors keeps each share under
+_parts/ while it goes and its driver merges them at the end (merge.py); manifest.json `workers` holds
+the per-worker detail. Folders of older --workers runs (requests.<w>.parquet, tokens.<w>.parquet,
+<metric>.<w>.hlog beside manifest.json) are still read as one run.
 
 Every file is written to a temporary name and renamed, so a reader never sees half a file.
 """
@@ -60,12 +63,11 @@ class _ManifestRequired(TypedDict):
 
 class Manifest(_ManifestRequired, total=False):
     """manifest.json (docs/results.md lists every key and its content). Written before the first request
-    with status `running` (run/launch.py), rewritten at the end; a --workers run's is assembled by
-    run/workers.py from its workers' manifest.<w>.json. Every key any of them writes is listed here;
-    optional (total=False) where some manifest lacks it: the first write, a --workers run, a run without
-    the option. (total=False rather than NotRequired: with postponed annotations only total= is seen at
-    run time, by __required_keys__/__optional_keys__.)"""
-    tool: str               # "loadgen" (absent: a --workers run whose worker 0 wrote no manifest)
+    with status `running`, rewritten at the end, by one function in every mode (run/ending.py
+    run_manifest). Every key it writes is listed here; optional (total=False) where some manifest lacks
+    it: the first write, a run without the option. (total=False rather than NotRequired: with postponed
+    annotations only total= is seen at run time, by __required_keys__/__optional_keys__.)"""
+    tool: str               # "loadgen"
     version: str            # the package version
     seed: int
     target: Json            # url (redacted), backend, api, builtin_sim, server
@@ -80,8 +82,8 @@ class Manifest(_ManifestRequired, total=False):
     finished: Json          # monotonic_ns, unix_ns at the end of the run
     workers: list[Json]     # --workers: one entry per worker (run/workers.py)
     ray: Json               # --ray: address, start_unix_ns, nodes, max_skew_ms, skew_limit_ms
-    worker: int             # a worker's own manifest.<w>.json only: its index
-    pid: int                # a worker's own manifest.<w>.json only: its process id
+    worker: int             # a worker's own manifest (under _parts/ while the run goes): its index
+    pid: int                # a worker's own manifest: its process id
 
 
 class RunSummary(TypedDict):
@@ -285,6 +287,11 @@ class RunWriter:
                 shutil.rmtree(self._previous, ignore_errors=True)
                 self._previous = None
 
+    @property
+    def hlog_dir(self) -> Path:
+        """Where the run's interval logs go (run/intervals.py): the folder itself."""
+        return self.path
+
     def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
         """Write rows finished since the last flush as a part (may run in a worker thread). The part is then
         their only copy (Recorder.release drops them: a long run's memory stays flat); finalize() reads
@@ -301,22 +308,17 @@ class RunWriter:
             requests.unlink(missing_ok=True)
             raise
 
-    def finalize(self, rows: list[Row], t0_ns: int, name: str = "") -> pl.DataFrame:
+    def finalize(self, rows: list[Row], t0_ns: int) -> pl.DataFrame:
         """Write requests.parquet and tokens.parquet from the flushed parts plus `rows`, the rows no flush()
         wrote (Recorder.unflushed()). Returns the run's requests frame as written (every row, sorted by
         idx, times ns from t0): the end-of-run checks read it, not the rows."""
-        suffix = f".{name[:-1]}" if name else ""  # "3-" -> requests.3.parquet (a worker's share)
-        parts = sorted((self.path / PARTS).glob(f"requests-{name}[0-9]*.parquet"))
+        parts = sorted((self.path / PARTS).glob("requests-[0-9]*.parquet"))
         requests = pl.concat([*(pl.read_parquet(f) for f in parts), requests_frame(rows, t0_ns)]).sort("idx")
-        write_parquet(self.path / f"requests{suffix}.parquet", requests)
-        parts = sorted((self.path / PARTS).glob(f"tokens-{name}[0-9]*.parquet"))
+        write_parquet(self.path / "requests.parquet", requests)
+        parts = sorted((self.path / PARTS).glob("tokens-[0-9]*.parquet"))
         tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
-        write_parquet(self.path / f"tokens{suffix}.parquet", tokens)
-        if name:
-            for f in (self.path / PARTS).glob(f"*-{name}[0-9]*.parquet"):
-                f.unlink()
-        else:
-            shutil.rmtree(self.path / PARTS, ignore_errors=True)
+        write_parquet(self.path / "tokens.parquet", tokens)
+        shutil.rmtree(self.path / PARTS, ignore_errors=True)
         return requests
 
 
@@ -334,8 +336,8 @@ def read_run(path: str | Path) -> Run:
             tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
                       else pl.DataFrame(schema=TOKEN_SCHEMA))
         elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
-            # the workers' files of a --workers run (workers.py), and the flushed parts of any process
-            # that was killed before it could finish its files
+            # the flushed parts of a run that was killed before it could finish its files (in a --workers
+            # run: the workers' shares, merge.py), and the workers' files of an older --workers run
             requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
                                REQUEST_SCHEMA).sort("idx")
             tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),

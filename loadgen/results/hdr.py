@@ -279,6 +279,16 @@ def log_path(run_dir: str | os.PathLike[str], metric: str, worker: int | None = 
     return Path(run_dir) / (f"{metric}.hlog" if worker is None else f"{metric}.{worker}.hlog")
 
 
+def interval_logs(run_dir: str | os.PathLike[str], metric: str) -> list[Path]:
+    # The logs of one metric in a results folder, to be merged: <metric>.hlog (and, in folders of
+    # --workers runs written before the shares were merged at the end, <metric>.<worker>.hlog beside
+    # it); where there is none, the shares' _parts/<metric>.<worker>.hlog of a --workers run whose driver
+    # was killed before it merged them (results/merge.py).
+    p = Path(run_dir)
+    top = sorted({*p.glob(f"{metric}.hlog"), *p.glob(f"{metric}.*.hlog")})
+    return top or sorted((p / "_parts").glob(f"{metric}.*.hlog"))
+
+
 class IntervalLogWriter:
     # Appends one line per interval to `path` and flushes it, so the file is a readable log after
     # every interval, even if the run is killed (a torn last line is skipped by the reader).
@@ -474,5 +484,6 @@ def merge_logs(paths: Iterable[str | os.PathLike[str]], *, tag: str | None = Non
 
 __all__ = ["METRICS", "LOWEST_US", "HIGHEST_US", "SIGNIFICANT_FIGURES", "Recorded", "Interval",
            "new_histogram", "in_range", "ns_to_us", "counts_index", "record_ns", "record",
-           "merge", "percentiles_us", "mean_us", "summary_ms", "log_path", "IntervalLogWriter", "write_interval_log",
+           "merge", "percentiles_us", "mean_us", "summary_ms", "log_path", "interval_logs", "IntervalLogWriter",
+           "write_interval_log",
            "read_interval_log", "merge_intervals", "merge_log", "merge_logs"]

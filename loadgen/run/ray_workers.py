@@ -1,25 +1,29 @@
 """`loadgen run --ray auto|ADDRESS`: the workers of workers.py as Ray actors, spread over a cluster's nodes.
 
-Contract (what differs from workers.py; the plan split, the part files, the dead-worker rows and the
-self-checks are the same code):
+Contract (what differs from workers.py; the target, the plan split, the shares, the dead-worker rows
+and the ending are the same code):
 - `auto` joins the cluster that `ray start` runs on this host (ray.init(address="auto")), ADDRESS any
   other (ray.init(address=ADDRESS)); the actors are placed with the SPREAD strategy;
 - one clock for all nodes is the wall clock: before the start, the driver measures each actor's offset
   (its time.time_ns() against the midpoint of the driver's call, CLOCK_SKEW_PROBES tries, the one of
   least round trip kept); once every actor is set up, the driver picks the start as a wall-clock
   instant START_LEAD_S ahead (driver time) and each actor turns it into its own CLOCK_MONOTONIC t0
-  (start - its offset, converted on its host); manifest.json `ray` records every node's offset and round
-  trip; the run is invalid when a skew exceeds the send-lag limit (the schedule would be off by more than
-  the self-check tolerates, unseen by it);
-- each actor writes its part in a local temporary folder and returns its files; the driver writes them
-  into the results folder. An actor that dies returns nothing: all its requests are recorded `dropped`.
+  (start - its offset, converted on its host); each share's times are ns from its own t0; manifest.json
+  `t0` is the driver's CLOCK_MONOTONIC at that instant (the clock of the built-in simulator, which runs
+  beside the driver), each worker's own t0 is in its `workers` entry; `ray` records every node's
+  offset and round trip; the run is invalid when a skew exceeds the send-lag limit (the schedule would
+  be off by more than the self-check tolerates, unseen by it);
+- each actor keeps its share in a local temporary folder and returns its files; the driver writes them
+  into the results folder and merges them as workers.py does. An actor that dies returns nothing: all
+  its requests are recorded `dropped`.
 Requires `pip install 'loadgen[ray]'`; without Ray, `--ray` is refused (exit 2) with that line.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
-import secrets
-import sys
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -27,9 +31,14 @@ from typing import TextIO
 
 import numpy as np
 
-from loadgen.config.workload import RunConfig, with_overrides
-from loadgen.plan.schedule import build
-from loadgen.run.workers import Part, PartWriter, _finish, assign, count_for
+from loadgen.config.workload import RunConfig
+from loadgen.plan.schedule import Schedule
+from loadgen.results.folder import RunWriter
+from loadgen.run.ending import RunFacts, run_manifest
+from loadgen.run.inprocess import t0_section
+from loadgen.run.outcome import RunOutcome, say
+from loadgen.run.prepare import Target, say_workload
+from loadgen.run.workers import Part, PartWriter, assign, end_shares, run_share, weights_of, worker_config
 
 START_LEAD_S = 3.0
 CLOCK_SKEW_PROBES = 5
@@ -37,34 +46,36 @@ INSTALL_HINT = "--ray needs Ray on every node: pip install 'loadgen[ray]'"
 
 
 def available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("ray") is not None
 
 
 class _RayPart(Part):
     # t0 comes from the driver's coordinator actor: ready -> wait for the wall-clock start -> local monotonic
+    offset_ns: int | None = None
+
     def wait_for_t0(self) -> int:
         import ray
 
-        ray.get(self.conn.ready.remote(self.worker))
+        ray.get(self.conn.ready.remote(self.worker, self.info))
         while (start_wall_ns := ray.get(self.conn.start.remote())) is None:
             time.sleep(0.01)
         offset_ns = self.offset_ns or 0
         return time.monotonic_ns() + (start_wall_ns + offset_ns - time.time_ns())
 
-    offset_ns: int | None = None
-
 
 class _Coordinator:
     def __init__(self):
-        self._ready, self._start = set(), None
+        self._ready, self._start, self._infos = set(), None, {}
 
-    def ready(self, w: int) -> None:
+    def ready(self, w: int, info: dict | None) -> None:
         self._ready.add(w)
+        self._infos[w] = info
 
     def n_ready(self) -> int:
         return len(self._ready)
+
+    def info(self, w: int) -> dict | None:
+        return self._infos.get(w)
 
     def set_start(self, wall_ns: int) -> None:
         self._start = wall_ns
@@ -78,37 +89,18 @@ class _Worker:
         return time.time_ns()
 
     def node(self) -> dict:
-        import socket
-
         return {"hostname": socket.gethostname(), "pid": os.getpid()}
 
-    def run(self, config: RunConfig, indices: np.ndarray, worker: int, run_id: str, url: str, builtin: bool,
-            coordinator, offset_ns: int) -> tuple[dict[str, bytes], str]:
-        import asyncio
-
-        import uvloop
-
-        from loadgen.client.backends import make_backend
-        from loadgen.run.launch import _run, request_bodies
-
+    def run(self, target: Target, indices: np.ndarray, worker: int, run_id: str, coordinator,
+            offset_ns: int) -> dict[str, bytes]:
+        """Its share in a local temporary folder; returns the files (path relative to it -> bytes)."""
         with tempfile.TemporaryDirectory(prefix="loadgen-ray-") as d:
-            schedule = build(config)
-            backend = make_backend(config.backend, config.api, config.model, config.extra_body)
             writer = PartWriter(d, worker)
             writer.prepare()
-            bodies, shaper, info = request_bodies(config, schedule, backend, url)
             part = _RayPart(worker, indices, run_id, coordinator)
             part.offset_ns = offset_ns
-            outcome = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-                _run(config, schedule, backend, bodies, writer, url, builtin, None, shaper, info, part=part))
-            files = {f.name: f.read_bytes() for f in Path(d).iterdir() if f.is_file()}
-        return files, outcome.status
-
-
-class _Ended:
-    # what _finish reads of a worker process (workers.py); here, of an actor
-    def __init__(self, pid: int | None, exitcode: int | None):
-        self.pid, self.exitcode = pid, exitcode
+            run_share(target, part, writer)
+            return {str(f.relative_to(d)): f.read_bytes() for f in Path(d).rglob("*") if f.is_file()}
 
 
 def measure_offset(actor) -> tuple[int, int]:
@@ -125,28 +117,16 @@ def measure_offset(actor) -> tuple[int, int]:
     return best
 
 
-def run_ray(config: RunConfig, progress: TextIO | None = sys.stderr):
+def run_ray(target: Target, schedule: Schedule, n: int, writer: RunWriter, run_id: str,
+            progress: TextIO | None) -> RunOutcome:
     import ray
 
-    from loadgen.run.launch import RunOutcome, _say, default_out
-    from loadgen.results.folder import RunWriter
-    from loadgen.sim.process import SimProcess
-
-    schedule = build(config)
-    n = count_for(config, schedule)
-    config = with_overrides(config, "--ray", workers=n, out=str(config.out or default_out(config)))
-    owner = assign(schedule, n)
-    writer = RunWriter(config.out)
-    writer.prepare()
-    run_id = secrets.token_hex(4)
+    config = target.config
+    owner = assign(schedule, n, weights_of(config, n))
+    facts, t0, ended = RunFacts(target, schedule, run_id), None, []
     ray.init(address="auto" if config.ray == "auto" else config.ray, log_to_driver=False,
              configure_logging=False)
-    sim, url = None, config.url
     try:
-        if url is None:
-            sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
-            url = sim.start()
-            _say(progress, f"started the built-in simulator at {url}")
         coordinator = ray.remote(num_cpus=0)(_Coordinator).remote()
         Worker = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_Worker)
         actors = [Worker.remote() for _ in range(n)]
@@ -155,45 +135,42 @@ def run_ray(config: RunConfig, progress: TextIO | None = sys.stderr):
             offset_ns, rtt_ns = measure_offset(a)
             nodes.append({"worker": w, **ray.get(a.node.remote()), "offset_ms": offset_ns / 1e6,
                           "rtt_ms": rtt_ns / 1e6})
-        calls = [a.run.remote(config if w == 0 else with_overrides(config, "--ray", calibrate=False),
-                              np.flatnonzero(owner == w), w, run_id, url, sim is not None, coordinator,
-                              round(nodes[w]["offset_ms"] * 1e6))
+        calls = [a.run.remote(dataclasses.replace(target, config=worker_config(config, n, w)),
+                              np.flatnonzero(owner == w), w, run_id, coordinator, round(nodes[w]["offset_ms"] * 1e6))
                  for w, a in enumerate(actors)]
-        _say(progress, f"{n} Ray actors on {len({x['hostname'] for x in nodes})} node(s); waiting for set-up")
+        say(progress, f"{n} Ray actors on {len({x['hostname'] for x in nodes})} node(s); waiting for set-up")
         while ray.get(coordinator.n_ready.remote()) < n:
             done, _ = ray.wait(calls, timeout=0.05)
             if done and ray.get(coordinator.n_ready.remote()) < n:
                 break  # an actor ended before it was ready
         start_wall_ns = time.time_ns() + int(START_LEAD_S * 1e9)
         ray.get(coordinator.set_start.remote(start_wall_ns))
-        ended = []
+        # the actors that are ready start then (t0: the driver's CLOCK_MONOTONIC at that instant)
+        t0 = t0_section(time.monotonic_ns() + start_wall_ns - time.time_ns(), start_wall_ns)
+        facts.workload = next((i for i in map(ray.get, (coordinator.info.remote(w) for w in range(n))) if i), {})
+        if facts.workload:
+            say_workload(progress, facts.workload)
+        writer.manifest(run_manifest(facts, t0, workers=[{"worker": x["worker"], "pid": x["pid"]} for x in nodes]))
         for w, call in enumerate(calls):
             try:
-                files, _ = ray.get(call)
-                for name, data in files.items():
+                for name, data in ray.get(call).items():
                     (writer.path / name).write_bytes(data)
-                ended.append(_Ended(nodes[w]["pid"], 0))
+                ended.append((nodes[w]["pid"], 0))
             except (ray.exceptions.RayError, OSError) as e:
-                _say(progress, f"worker {w}: {type(e).__name__}: {str(e)[:300]}")
-                ended.append(_Ended(nodes[w]["pid"], None))
+                say(progress, f"worker {w}: {type(e).__name__}: {str(e)[:300]}")
+                ended.append((nodes[w]["pid"], None))
     finally:
-        if sim is not None:
-            sim.stop()
         ray.shutdown()
-    t0 = start_wall_ns
-    status, reasons = _finish(config, schedule, owner, ended, run_id, t0, writer.path,
-                              extra=_skew_section(config, nodes, start_wall_ns))
-    for reason in reasons:
-        _say(progress, f"INVALID RUN: {reason}")
-    _say(progress, f"[{status}] {n} Ray actors, results in {writer.path}")
-    return RunOutcome(writer.path, status, reasons)
+    skew, reasons = _skew_section(config, nodes, start_wall_ns)
+    return end_shares(facts, writer, t0, owner, ended, progress, f"{n} Ray actors, results in {writer.path}",
+                      launcher_reasons=reasons, ray=skew)
 
 
-def _skew_section(config: RunConfig, nodes: list[dict], start_wall_ns: int) -> dict:
+def _skew_section(config: RunConfig, nodes: list[dict], start_wall_ns: int) -> tuple[dict, list[str]]:
     limit_ms = config.max_send_lag_p99_ns / 1e6
     worst = max(abs(x["offset_ms"]) + x["rtt_ms"] / 2 for x in nodes)
     reasons = ([f"clock skew between Ray nodes up to {worst:.3f} ms (offset + half the round trip) exceeds "
                 f"the send-lag limit {limit_ms:g} ms: the workers' schedules may be that far apart"]
                if worst > limit_ms else [])
-    return {"ray": {"address": config.ray, "start_unix_ns": start_wall_ns, "nodes": nodes,
-                    "max_skew_ms": worst, "skew_limit_ms": limit_ms}, "reasons": reasons}
+    return ({"address": config.ray, "start_unix_ns": start_wall_ns, "nodes": nodes, "max_skew_ms": worst,
+             "skew_limit_ms": limit_ms}, reasons)

@@ -1,30 +1,37 @@
 """`loadgen run --workers N`: one seeded schedule driven by N generator processes on one host.
 
 Contract:
-- the driver (this process) builds the same schedule every worker builds (same config, same seed) and
-  splits it by `assign`: whole units (a multi-turn session, or a single request) dealt round-robin in
-  plan order, so every session stays in one worker and the N shares interleave; the union of the
-  shares is the plan, so the arrival process at the server is the plan's (Poisson stays Poisson);
-- every worker sets up (target tokenizer, bodies, transport; worker 0 alone calibrates the idle
-  server), then says it is ready; once all are, the driver picks t0 = CLOCK_MONOTONIC now + START_LEAD_NS
-  and sends it to all: CLOCK_MONOTONIC is one clock for every process of a host, so they share t0 exactly;
-- worker w writes its part of the results folder: requests.<w>.parquet, tokens.<w>.parquet (rows with
-  worker = w), <metric>.<w>.hlog, manifest.<w>.json (its own self-check), and its flushed parts under
-  _parts/ while it runs; read_run() concatenates the parts, summary.histograms() merges the logs exactly;
-- a worker that dies (non-zero exit, killed) is reported in manifest.json `workers` and the run's
-  invalid reasons; its rows that no flushed part holds are written as `dropped` (error_kind
-  worker_died), so every scheduled request still has exactly one row;
-- the self-check (selfcheck.py) judges each worker over its share (in its manifest part) and the whole
-  run over all rows (manifest.json `generator`); the run is invalid when any is.
+- the launcher (launch.py) sets the target up once (simulator, model, server kind); every worker builds
+  the same schedule (same config, same seed) and the bodies of the whole plan, and runs its share, split
+  by `assign`: whole units (a multi-turn session, or a single request) dealt round-robin in plan order,
+  so every session stays in one worker and the N shares interleave; the union of the shares is the
+  plan, so the arrival process at the server is the plan's (Poisson stays Poisson);
+- a limit of the whole run is split, not repeated: a closed loop's `--concurrency` users and a
+  `--max-concurrency` cap are dealt over the workers (worker_config; units are dealt in the same
+  proportion), and there are never more workers than users or slots; worker 0 alone calibrates the
+  idle server and samples /metrics;
+- every worker sets up, then says it is ready (with its `workload` section: the driver's manifest takes
+  worker 0's); once all are, the driver picks t0 = CLOCK_MONOTONIC now + START_LEAD_NS and sends it to
+  all: CLOCK_MONOTONIC is one clock for every process of a host, so they share t0 exactly; the driver
+  then writes manifest.json (status `running`, `workers` with their pids);
+- worker w keeps its share under _parts/ (PartWriter: its flushed parts, its interval logs, and at the
+  end its process record manifest-<w>.json with its own check of its share); at the end the driver
+  merges the shares into the files a single process writes (results/merge.py) and ends the run the
+  common way (ending.finish): the run is judged once, over all rows, by the single process's rules;
+- a worker that dies (no record: non-zero exit, killed) is reported in manifest.json `workers` and the
+  run's invalid reasons; its rows that no flushed part holds are written as `dropped` (error_kind
+  worker_died), so every scheduled request still has exactly one row.
 `--workers auto` takes one worker per WORKER_CHUNKS_PER_S streamed chunks per second of the plan (offered
 rate x mean max_tokens), at most one per CPU; one worker is the ordinary single-process run.
 """
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
 import multiprocessing as mp
 import os
-import secrets
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -32,15 +39,18 @@ from pathlib import Path
 from typing import TextIO
 
 import numpy as np
-import orjson
 import polars as pl
+import uvloop
 
-from loadgen.run import selfcheck
-from loadgen.config.client import ClientOptions, target_url_and_headers
-from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.client.recorder import DROPPED
-from loadgen.results.folder import PARTS, REQUEST_SCHEMA, TOKEN_SCHEMA, RunWriter, write_json, write_parquet
+from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import Schedule, build
+from loadgen.results.folder import PARTS, REQUEST_SCHEMA, RunWriter, write_json
+from loadgen.results.merge import merge_shares, share_record, share_requests
+from loadgen.run.ending import RunFacts, combine_generators, finish, judge, run_manifest
+from loadgen.run.inprocess import START_LEAD_NS, Job, measure, t0_section
+from loadgen.run.outcome import RunOutcome, exit_code_of, say
+from loadgen.run.prepare import Target, request_bodies, say_workload
 
 WORKER_CHUNKS_PER_S = 20_000   # what one core sustains with headroom (make bench: ~25-50 µs of CPU per chunk)
 READY_TIMEOUT_S = 600.0        # set-up of a worker (tokenizer, bodies, calibration) must end by then
@@ -48,36 +58,63 @@ WORKER_DIED = "worker_died"
 
 
 def count_for(config: RunConfig, schedule: Schedule) -> int:
-    """The number of workers of the run: config.workers, or by rate when it is 0 (auto)."""
-    if config.workers:
-        return config.workers
-    rate = schedule.offered_rate_per_s() or 0.0
-    chunks_per_s = rate * float(np.mean(schedule.max_tokens)) if len(schedule) else 0.0
-    return max(1, min(os.cpu_count() or 1, math.ceil(chunks_per_s / WORKER_CHUNKS_PER_S)))
+    """The number of workers of the run: config.workers, or by rate when it is 0 (auto); never more than
+    the closed loop's users or the --max-concurrency slots (each worker needs one)."""
+    n = config.workers
+    if not n:
+        rate = schedule.offered_rate_per_s() or 0.0
+        chunks_per_s = rate * float(np.mean(schedule.max_tokens)) if len(schedule) else 0.0
+        n = max(1, min(os.cpu_count() or 1, math.ceil(chunks_per_s / WORKER_CHUNKS_PER_S)))
+    return min([n, *(x for x in (config.concurrency, config.max_concurrency) if x)])
 
 
-def assign(schedule: Schedule, n: int) -> np.ndarray:
-    """The worker of every row: units (a session's turns, or one request) round-robin in plan order."""
+def split(total: int, n: int) -> list[int]:
+    """total dealt over n workers as evenly as can be, the first ones getting one more."""
+    return [total // n + (w < total % n) for w in range(n)]
+
+
+def weights_of(config: RunConfig, n: int) -> list[int]:
+    """Each worker's weight in the deal of units: its users (closed loop), or its slots, or 1."""
+    limit = config.concurrency or config.max_concurrency
+    return split(limit, n) if limit else [1] * n
+
+
+def worker_config(config: RunConfig, n: int, w: int) -> RunConfig:
+    """Worker w's config: its part of the run's users and slots; calibration and /metrics on worker 0."""
+    changes: dict = {} if w == 0 else {"calibrate": False, "scrape_metrics": False}
+    if config.concurrency:
+        changes["concurrency"] = split(config.concurrency, n)[w]
+    if config.max_concurrency:
+        changes["max_concurrency"] = split(config.max_concurrency, n)[w]
+    return with_overrides(config, "--workers", **changes)
+
+
+def assign(schedule: Schedule, n: int, weights: list[int] | None = None) -> np.ndarray:
+    """The worker of every row: units (a session's turns, or one request) dealt in plan order, worker w
+    taking weights[w] units of every sum(weights) (interleaved); equal weights: plain round-robin."""
+    weights = weights or [1] * n
+    cycle = np.array([w for r in range(max(weights)) for w in range(n) if weights[w] > r], np.int32)
     idx = np.arange(len(schedule))
     unit = np.where(schedule.session >= 0, schedule.session, -(idx + 1))
     _, first, inverse = np.unique(unit, return_index=True, return_inverse=True)
     rank = np.empty(first.size, np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-    return (rank[inverse] % n).astype(np.int32)
+    return cycle[rank[inverse] % cycle.size]
 
 
 @dataclass
 class Part:
-    """What one worker process runs (execute._run's `part`): its rows, the shared run id, and the pipe on
-    which it reports ready and receives t0."""
+    """What one worker process runs (inprocess.Job.part): its rows, the shared run id, and the pipe on
+    which it reports ready (with its `workload` section, `info`) and receives t0."""
     worker: int
     indices: np.ndarray
     run_id: str
     conn: object = None
+    info: dict | None = None
 
     def wait_for_t0(self) -> int:
         try:
-            self.conn.send(("ready", self.worker))
+            self.conn.send(("ready", self.worker, self.info))
             return int(self.conn.recv())
         except (EOFError, OSError):  # the driver gave up (another worker died setting up): nothing to clean
             print(f"worker {self.worker}: the run was called off before t0", file=sys.stderr, flush=True)
@@ -100,82 +137,83 @@ class _Shaper:
 
 
 class PartWriter(RunWriter):
-    """A worker's share of the results folder (names carry the worker number)."""
+    """A worker's share of the results folder, all under _parts/ (names carry the worker number); the
+    driver merges the shares at the end (results/merge.py)."""
 
     def __init__(self, path: str | Path, worker: int):
         super().__init__(path)
         self.worker = worker
 
+    @property
+    def hlog_dir(self) -> Path:
+        return self.path / PARTS
+
     def prepare(self) -> None:
         (self.path / PARTS).mkdir(parents=True, exist_ok=True)
 
-    def manifest(self, manifest: dict) -> None:
-        write_json(self.path / f"manifest.{self.worker}.json", {**manifest, "worker": self.worker,
-                                                                "pid": os.getpid()})
+    def record(self, record: dict) -> None:
+        """The worker's process record, written last: a worker without one died."""
+        write_json(self.path / PARTS / f"manifest-{self.worker}.json", record)
 
     def flush(self, rows, t0_ns: int, name: str = "") -> None:
         super().flush(rows, t0_ns, f"{self.worker}-")
 
-    def finalize(self, rows, t0_ns: int, name: str = "") -> pl.DataFrame:
-        return super().finalize(rows, t0_ns, f"{self.worker}-")
+    def finalize(self, rows, t0_ns: int) -> pl.DataFrame:
+        """The rows not flushed yet as one last part; returns the share's rows (idx order)."""
+        self.flush(list(rows), t0_ns)
+        parts = sorted((self.path / PARTS).glob(f"requests-{self.worker}-*.parquet"))
+        return (pl.concat([pl.read_parquet(f) for f in parts]) if parts
+                else pl.DataFrame(schema=REQUEST_SCHEMA)).sort("idx")
 
 
-def _worker_main(config: RunConfig, part: Part, url: str, builtin_sim: bool, client: ClientOptions) -> None:
-    import asyncio
-
-    import uvloop
-
-    from loadgen.client.backends import make_backend
-    from loadgen.run.launch import _run, request_bodies
-
+def run_share(target: Target, part, writer: PartWriter) -> dict:
+    """A worker's (or Ray actor's) whole life: bodies, its share's run, its own check; writes and returns
+    its process record."""
+    config = target.config
     schedule = build(config)
-    backend = make_backend(config.backend, config.api, config.model, config.extra_body)
-    writer = PartWriter(config.out, part.worker)
-    headers = target_url_and_headers(config, client)[1]  # --header, API key, URL credentials
-    bodies, shaper, info = request_bodies(config, schedule, backend, url, None, headers)
-    outcome = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-        _run(config, schedule, backend, bodies, writer, url, builtin_sim, None, shaper, info, (client, headers),
-             part=part))
-    sys.exit(outcome.exit_code)
+    backend = target.backend()
+    bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers)
+    job = Job(target, schedule, backend, bodies, shaper, writer, part.run_id, None, part=part)
+    measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
+    own = judge(config, measured.requests, measured.status, None)  # its share alone: detail, not the verdict
+    record = {**measured.record(), "worker": part.worker, "pid": os.getpid(), "hostname": socket.gethostname(),
+              "status": own.status, "invalid_reasons": own.reasons,
+              "generator": combine_generators(own, [measured.record()]), "requests": measured.requests.height}
+    writer.record(record)
+    return record
 
 
-def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client: ClientOptions | None = None):
-    from loadgen.run.launch import RunOutcome, _say, default_out, run_workload
-    from loadgen.sim.process import SimProcess
+def _worker_main(target: Target, part: Part) -> None:
+    writer = PartWriter(target.config.out, part.worker)
+    record = run_share(target, part, writer)
+    sys.exit(exit_code_of(record["status"]))
 
-    schedule = build(config)
-    n = count_for(config, schedule)
-    config = with_overrides(config, "--workers", workers=n, out=str(config.out or default_out(config)))
-    client = client or ClientOptions()
-    if n == 1:
-        return run_workload(config, progress, client)
-    owner = assign(schedule, n)
-    writer = RunWriter(config.out)
-    writer.prepare()
-    run_id = secrets.token_hex(4)
-    sim, url = None, target_url_and_headers(config, client)[0]  # the URL without credentials
-    if url is None:
-        sim = SimProcess(args=[*config.sim_args, "--truth", str(writer.path / "sim_truth.parquet")])
-        url = sim.start()
-        _say(progress, f"started the built-in simulator at {url}")
+
+def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, run_id: str,
+                progress: TextIO | None) -> RunOutcome:
+    config = target.config
+    owner = assign(schedule, n, weights_of(config, n))
     ctx = mp.get_context("spawn")
-    procs, conns, t0 = [], [], None
+    procs, conns, facts, t0 = [], [], RunFacts(target, schedule, run_id), None
     try:
         for w in range(n):
             parent, child = ctx.Pipe()
-            part = Part(w, np.flatnonzero(owner == w), run_id, child)
-            cfg = config if w == 0 else with_overrides(config, "--workers", calibrate=False)
-            p = ctx.Process(target=_worker_main, args=(cfg, part, url, sim is not None, client),
+            share = dataclasses.replace(target, config=worker_config(config, n, w))
+            p = ctx.Process(target=_worker_main, args=(share, Part(w, np.flatnonzero(owner == w), run_id, child)),
                             name=f"loadgen-worker-{w}")
             p.start()
             procs.append(p)
             conns.append(parent)
-        _say(progress, f"{n} workers started (pids {', '.join(str(p.pid) for p in procs)}); waiting for set-up")
-        t0 = _start_together(procs, conns)
-        if t0 is not None:
-            _say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
+        say(progress, f"{n} workers started (pids {', '.join(str(p.pid) for p in procs)}); waiting for set-up")
+        ready = _start_together(procs, conns)
+        if ready is not None:
+            t0_ns, facts.workload = ready
+            t0 = t0_section(t0_ns, time.time_ns() + t0_ns - time.monotonic_ns())
+            say_workload(progress, facts.workload)
+            writer.manifest(run_manifest(facts, t0, workers=[{"worker": w, "pid": p.pid} for w, p in enumerate(procs)]))
+            say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
         else:  # a worker died setting up: the others, waiting for t0, get end-of-file and exit
-            _say(progress, "a worker died during set-up; stopping the others")
+            say(progress, "a worker died during set-up; stopping the others")
             for c in conns:
                 c.close()
         for p in procs:
@@ -188,25 +226,19 @@ def run_workers(config: RunConfig, progress: TextIO | None = sys.stderr, client:
             if p.is_alive():
                 p.kill()
                 p.join()
-        if sim is not None:
-            sim.stop()
-    status, reasons = _finish(config, schedule, owner, procs, run_id, t0, writer.path)
-    for reason in reasons:
-        _say(progress, f"INVALID RUN: {reason}")
-    _say(progress, f"[{status}] {n} workers, results in {writer.path}")
-    return RunOutcome(writer.path, status, reasons)
+    return end_shares(facts, writer, t0, owner, [(p.pid, p.exitcode) for p in procs], progress,
+                      f"{n} workers, results in {writer.path}")
 
 
-def _start_together(procs, conns) -> int | None:
-    """Wait until every worker is ready, then send them one t0; None if a worker died during set-up."""
-    from loadgen.run.launch import START_LEAD_NS
-
-    waiting = set(range(len(procs)))
+def _start_together(procs, conns) -> tuple[int, dict] | None:
+    """Wait until every worker is ready, then send them one t0; (t0, worker 0's workload section), or
+    None if a worker died during set-up."""
+    waiting, infos = set(range(len(procs))), {}
     deadline = time.monotonic() + READY_TIMEOUT_S
     while waiting and time.monotonic() < deadline:
         for w in list(waiting):
             if conns[w].poll(0.05):
-                conns[w].recv()
+                _, _, infos[w] = conns[w].recv()
                 waiting.discard(w)
             elif not procs[w].is_alive():
                 return None
@@ -215,74 +247,46 @@ def _start_together(procs, conns) -> int | None:
     t0 = time.monotonic_ns() + START_LEAD_NS
     for c in conns:
         c.send(t0)
-    return t0
+    return t0, infos[0] or {}
 
 
-def _finish(config: RunConfig, schedule: Schedule, owner: np.ndarray, procs, run_id: str, t0: int | None,
-            path: Path, extra: dict | None = None) -> tuple[str, list[str]]:
-    """Fill in the rows of workers that died, judge every worker and the whole run, write manifest.json.
-    extra: manifest sections and invalid reasons of the launcher (ray_workers.py: the clock skew)."""
-    extra = dict(extra or {})
-    reasons: list[str] = list(extra.pop("reasons", []))
-    workers = []
-    for w, p in enumerate(procs):
-        part_manifest = _read_json(path / f"manifest.{w}.json")
-        finished = (path / f"requests.{w}.parquet").is_file()
-        entry = {"worker": w, "pid": p.pid, "exit_code": p.exitcode, "requests": int((owner == w).sum()),
-                 "status": part_manifest.get("status") if finished else "died",
-                 "invalid_reasons": part_manifest.get("invalid_reasons", []),
-                 "generator": part_manifest.get("generator")}
-        if not finished:
-            dropped = _salvage(path, w, np.flatnonzero(owner == w), run_id, schedule, p.exitcode)
-            entry["dropped"] = dropped
-            reasons.append(f"worker {w} (pid {p.pid}) died (exit code {p.exitcode}); its {dropped} requests "
+def end_shares(facts: RunFacts, writer: RunWriter, t0: dict | None, owner: np.ndarray,
+               ended: list[tuple[int | None, int | None]], progress: TextIO | None, final_line: str,
+               launcher_reasons: list[str] | tuple[str, ...] = (), ray: dict | None = None) -> RunOutcome:
+    """The end of a run split over processes (--workers, --ray): each worker's entry from its record (or
+    `died`, its missing rows dropped), the shares merged into the run's files, the common ending.
+    ended: (pid, exit code) of every worker; t0: the run's t0 section, None when it never started."""
+    path, reasons = writer.path, list(launcher_reasons)
+    t0 = t0 or {"monotonic_ns": None, "unix_ns": None, "iso": None}
+    requests = share_requests(path)
+    entries, records, fills = [], [], []
+    for w, (pid, code) in enumerate(ended):
+        mine = np.flatnonzero(owner == w)
+        entry = {"worker": w, "pid": pid, "exit_code": code, "requests": int(mine.size)}
+        record = share_record(path, w)
+        if record is None:
+            missing = np.setdiff1d(mine, requests["idx"].to_numpy())
+            fills.append(_dropped(facts, w, missing, code))
+            entry.update(status="died", invalid_reasons=[], generator=None, dropped=int(missing.size))
+            reasons.append(f"worker {w} (pid {pid}) died (exit code {code}); its {missing.size} requests "
                            f"not finished are recorded as dropped")
-        reasons += [f"worker {w}: {r}" for r in entry["invalid_reasons"]]
-        workers.append(entry)
-    requests = _read_parts(path, "requests", REQUEST_SCHEMA)
-    sent = requests.filter(pl.col("dispatched_ns").is_not_null()).sort("intended_ns")
-    whole, generator = selfcheck.check(sent["intended_ns"].to_numpy(), sent["dispatched_ns"].to_numpy(),
-                                       sent["slot_wait_ns"].fill_null(0).to_numpy(), selfcheck.limits_of(config),
-                                       measured=(~sent["warmup"]).to_numpy())
-    reasons += [f"whole run: {r}" for r in whole]
-    gens = [e["generator"] for e in workers if e["generator"]]
-    # the client's lateness is that of its latest worker (the stall floor, StallRule.for_run, reads it)
-    late = [g["loop_lateness_ms"] for g in gens if (g.get("loop_lateness_ms") or {}).get("p99") is not None]
-    if late:
-        generator["loop_lateness_ms"] = max(late, key=lambda x: x["p99"])
-    cpu_s, chunks = sum(g.get("cpu_s") or 0.0 for g in gens), sum(g.get("chunks") or 0 for g in gens)
-    generator.update(workers=len(procs), cpu_s=cpu_s, chunks=chunks,
-                     cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
-    first = _read_json(path / "manifest.0.json")
-    statuses = {e["status"] for e in workers}
-    status = "interrupted" if "interrupted" in statuses and t0 is not None else "invalid" if reasons else "complete"
-    manifest = {k: first[k] for k in ("schema_version", "tool", "version", "config", "seed", "target", "host",
-                                      "workload", "calibration") if k in first}
-    manifest.update(run_id=run_id, status=status, invalid_reasons=reasons if status != "interrupted" else [],
-                    t0=first.get("t0", {"monotonic_ns": t0}), workers=workers, generator=generator,
-                    schedule={"requests": len(schedule), "process": config.arrivals.process,
-                              "configured_rate_per_s": config.arrivals.rate_per_s,
-                              "offered_rate_per_s": schedule.offered_rate_per_s(),
-                              "warmup_requests": int(schedule.warmup.sum())},
-                    finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()})
-    manifest.update(extra)
-    if "schema_version" not in manifest:
-        from loadgen.results.folder import SCHEMA_VERSION
-        manifest.update(schema_version=SCHEMA_VERSION, config=config.to_manifest())
-    write_json(path / "manifest.json", manifest)
-    return status, manifest["invalid_reasons"]
+        else:
+            records.append(record)
+            entry.update(status=record["status"], invalid_reasons=record["invalid_reasons"],
+                         generator=record["generator"], t0=record["t0"])
+        entries.append(entry)
+    requests = pl.concat([requests, *fills]).sort("idx")
+    merge_shares(path, requests, (t0["unix_ns"] or time.time_ns()) / 1e9)
+    return finish(facts, writer, t0, requests, records, progress=progress, final_line=final_line,
+                  launcher_reasons=reasons, workers=entries, ray=ray)
 
 
-def _salvage(path: Path, w: int, mine: np.ndarray, run_id: str, schedule: Schedule, exit_code) -> int:
-    """requests.<w>.parquet / tokens.<w>.parquet of a worker that died: its flushed parts, plus a dropped
-    row for every one of its requests that no part holds. Returns the number of dropped rows."""
-    parts = sorted((path / PARTS).glob(f"requests-{w}-*.parquet"))
-    done = pl.concat([pl.read_parquet(f) for f in parts]) if parts else pl.DataFrame(schema=REQUEST_SCHEMA)
-    missing = np.setdiff1d(mine, done["idx"].to_numpy())
-    n = missing.size
-    dropped = {k: pl.Series(k, [None] * n, dtype=t) for k, t in REQUEST_SCHEMA.items()}
-    dropped.update(
-        request_id=pl.Series([f"{run_id}-{i:06d}" for i in missing], dtype=pl.String),
+def _dropped(facts: RunFacts, w: int, missing: np.ndarray, exit_code) -> pl.DataFrame:
+    """A `dropped` row (worker_died) for every request of worker w that no flushed part holds."""
+    n, schedule = missing.size, facts.schedule
+    rows = {k: pl.Series(k, [None] * n, dtype=t) for k, t in REQUEST_SCHEMA.items()}
+    rows.update(
+        request_id=pl.Series([f"{facts.run_id}-{i:06d}" for i in missing], dtype=pl.String),
         idx=pl.Series(missing, dtype=pl.Int64), worker=pl.Series([w] * n, dtype=pl.Int32),
         warmup=pl.Series(schedule.warmup[missing], dtype=pl.Boolean),
         intended_ns=pl.Series(schedule.intended_ns[missing], dtype=pl.Int64),
@@ -292,23 +296,4 @@ def _salvage(path: Path, w: int, mine: np.ndarray, run_id: str, schedule: Schedu
         error_kind=pl.Series([WORKER_DIED] * n, dtype=pl.String),
         error_detail=pl.Series([f"worker {w} exited with {exit_code} before this request finished"] * n,
                                dtype=pl.String))
-    rows = pl.concat([done, pl.DataFrame(dropped, schema=REQUEST_SCHEMA)]).sort("idx")
-    write_parquet(path / f"requests.{w}.parquet", rows)
-    write_parquet(path / f"tokens.{w}.parquet", _read_parts(path, "tokens", TOKEN_SCHEMA, only=f"{w}-"))
-    for f in (path / PARTS).glob(f"*-{w}-*.parquet"):
-        f.unlink()
-    return int(n)
-
-
-def _read_parts(path: Path, kind: str, schema: dict, only: str = "") -> pl.DataFrame:
-    files = sorted((path / PARTS).glob(f"{kind}-{only}*.parquet"))
-    if not only:
-        files = sorted(path.glob(f"{kind}.*.parquet")) + files
-    return pl.concat([pl.read_parquet(f) for f in files]) if files else pl.DataFrame(schema=schema)
-
-
-def _read_json(p: Path) -> dict:
-    try:
-        return orjson.loads(p.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
+    return pl.DataFrame(rows, schema=REQUEST_SCHEMA)

@@ -6,6 +6,7 @@ root), and in a PID namespace (-p -f): when its shell ends, or the test's timeou
 started inside (the Ray head, its workers, the simulator) ends with it.
 """
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,11 +19,16 @@ import pytest
 
 from loadgen.results.folder import read_run
 from loadgen.sim.truth import read_truth
-from tests.integration.conftest import report_json, workload
+from tests.integration.conftest import loadgen, report_json, workload
+from tests.integration.test_modes import files, keys
 
 BIN = Path(sys.executable).parent
 needs = [(os.geteuid() != 0, "needs root (unshare -n)"), (shutil.which("unshare") is None, "needs unshare"),
          (shutil.which("ip") is None, "needs ip (iproute2)"), (not (BIN / "ray").exists(), "needs the ray extra")]
+
+
+FLAGS = ("--quiet --no-calibrate --sim-args '--mode fixed --ttft 20ms --itl 5ms' --slo ttft=200ms "
+         "--header 'X-Team: blue'")
 
 
 @pytest.mark.skipif(any(c for c, _ in needs), reason="; ".join(r for c, r in needs if c))
@@ -35,8 +41,7 @@ def test_two_ray_actors_on_a_loopback_only_cluster(tmp_path):
         export RAY_USAGE_STATS_ENABLED=0
         {BIN}/ray start --head --node-ip-address=127.0.0.1 --num-cpus=3 --include-dashboard=false \\
             --disable-usage-stats > {log} 2>&1 || exit 90
-        {sys.executable} -m loadgen run {w} --ray auto --workers 2 --out {out} --quiet --no-calibrate \\
-            --sim-args '--mode fixed --ttft 20ms --itl 5ms'
+        {sys.executable} -m loadgen run {w} --ray auto --workers 2 --out {out} {FLAGS}
         rc=$?
         {BIN}/ray stop --force > /dev/null 2>&1
         exit $rc
@@ -64,3 +69,14 @@ def test_two_ray_actors_on_a_loopback_only_cluster(tmp_path):
     # an actor starts from a wall-clock instant: its start is known only within its measured round trip
     rtt_ms = max(x["rtt_ms"] for x in ray["nodes"])
     assert late_ms.min() >= -rtt_ms and late_ms.median() < 50, (late_ms.describe(), rtt_ms)
+    # the same folder as one process's run of the same workload (tests/integration/test_modes.py)
+    one = tmp_path / "one"
+    p = loadgen("run", w, "--out", str(one), *shlex.split(FLAGS), timeout=120)
+    assert p.returncode == 0, p.stderr
+    m1 = orjson.loads((one / "manifest.json").read_bytes())
+    m.pop("ray"), m.pop("workers"), m["generator"].pop("workers")
+    assert keys(m) == keys(m1) and m["client"] == m1["client"] and m["slo"] == m1["slo"]
+    s1 = report_json(str(one))
+    s["generator"].pop("workers")
+    assert keys(s) == keys(s1) and "goodput" in s
+    assert files(out) == files(one)

@@ -108,14 +108,16 @@ def test_a_worker_that_dies_is_reported_and_its_requests_recorded_as_dropped(tmp
                              "--quiet", "--no-calibrate", "--sim-args", FIXED],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        part = out / "manifest.1.json"
+        manifest = out / "manifest.json"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # worker 1 writes its manifest at t0
-            if part.is_file():
+        while time.monotonic() < deadline:  # the driver writes the manifest, with the workers' pids, at t0
+            if manifest.is_file():
                 break
             time.sleep(0.1)
         time.sleep(3)  # a few seconds into the 10 s run
-        os.kill(orjson.loads(part.read_bytes())["pid"], signal.SIGKILL)
+        running = orjson.loads(manifest.read_bytes())
+        assert running["status"] == "running" and running["host"]["pid"] == proc.pid
+        os.kill(running["workers"][1]["pid"], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -125,6 +127,8 @@ def test_a_worker_that_dies_is_reported_and_its_requests_recorded_as_dropped(tmp
     m = orjson.loads((out / "manifest.json").read_bytes())
     assert m["status"] == "invalid" and m["workers"][1]["status"] == "died"
     assert any("worker 1" in r and "died" in r for r in m["invalid_reasons"])
+    # the shares, the dead one's too, merged into the files of a single process
+    assert (out / "requests.parquet").is_file() and (out / "e2e.hlog").is_file() and not (out / "_parts").exists()
     req = read_run(out).requests
     assert req.height == 200 and req["idx"].n_unique() == 200  # still exactly one row per request
     lost = req.filter(pl.col("error_kind") == "worker_died")

@@ -13,11 +13,13 @@ import pytest
 from loadgen.run import selfcheck
 from loadgen.client.backends.openai import OpenAIBackend
 from loadgen.client.clock import LoopClock
-from loadgen.run.launch import _tick_work, check_generator
+from loadgen.run.ending import check_generator
+from loadgen.run.inprocess import tick_work
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.probe.reachability import unreachable_reason
 from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, OK, ErrorKind, Recorder, Row)
 from loadgen.results.folder import PARTS, RunWriter
+from loadgen.results.merge import merge_shares, share_requests
 from loadgen.client.runner import Runner
 from loadgen.run.workers import PartWriter
 from tests.scripted import ScriptedTransport, completion_stream, run_virtual
@@ -87,21 +89,24 @@ def unreachable_of_rows(rows: list[Row]) -> str | None:
 
 
 def end_of_run(writer, rows: list[Row], flushes: list[slice]) -> tuple[pl.DataFrame, Recorder]:
-    """What execute._run does with the rows: flush (and release) some as the run goes, then finalize."""
+    """What inprocess.measure does with the rows: flush (and release) some as the run goes, then finalize;
+    a worker's share is then merged into the run's files by its driver (workers.end_shares)."""
     writer.prepare()
     recorder = Recorder(rows)
     for s in flushes:
         done = rows[s]
         writer.flush(done, T0)
         recorder.release(done)
-    return writer.finalize(recorder.unflushed(), T0), recorder
+    frame = writer.finalize(recorder.unflushed(), T0)
+    if isinstance(writer, PartWriter):
+        assert not (writer.path / "requests.parquet").exists()  # the share stays under _parts/ until then
+        merge_shares(writer.path, share_requests(writer.path), 1_700_000_000.0)
+    return frame, recorder
 
 
-@pytest.mark.parametrize("make_writer, suffix", [(RunWriter, ""), (lambda p: PartWriter(p, 1), ".1")],
-                         ids=["one-process", "worker-share"])
+@pytest.mark.parametrize("make_writer", [RunWriter, lambda p: PartWriter(p, 1)], ids=["one-process", "worker-share"])
 @pytest.mark.parametrize("all_refused", [False, True], ids=["reachable", "unreachable"])
-def test_flushed_and_released_rows_end_the_run_as_rows_kept_in_memory(tmp_path, make_writer, suffix,
-                                                                     all_refused):
+def test_flushed_and_released_rows_end_the_run_as_rows_kept_in_memory(tmp_path, make_writer, all_refused):
     kept, flushed = rows_of_a_run(all_refused=all_refused), rows_of_a_run(all_refused=all_refused)
     whole, _ = end_of_run(make_writer(tmp_path / "kept"), kept, [])
     parts, recorder = end_of_run(make_writer(tmp_path / "flushed"), flushed,
@@ -112,11 +117,11 @@ def test_flushed_and_released_rows_end_the_run_as_rows_kept_in_memory(tmp_path, 
     assert not list((tmp_path / "flushed" / PARTS).glob("*.parquet"))
     # the folder's files and the frame handed to the checks: identical, one row per request, idx order
     for name in ("requests", "tokens"):
-        a = pl.read_parquet(tmp_path / "kept" / f"{name}{suffix}.parquet")
-        b = pl.read_parquet(tmp_path / "flushed" / f"{name}{suffix}.parquet")
+        a = pl.read_parquet(tmp_path / "kept" / f"{name}.parquet")
+        b = pl.read_parquet(tmp_path / "flushed" / f"{name}.parquet")
         assert a.equals(b) and (a.height > 0 or name == "tokens" and all_refused)
     assert parts.equals(whole) and parts["idx"].to_list() == list(range(len(kept)))
-    assert parts.equals(pl.read_parquet(tmp_path / "flushed" / f"requests{suffix}.parquet"))
+    assert parts.equals(pl.read_parquet(tmp_path / "flushed" / "requests.parquet"))
     # the verdicts: the same as from the rows in memory (absolute times) before rows were released
     assert check_generator(parts) == check_generator(whole) == check_generator_of_rows(kept)
     assert unreachable_reason(parts) == unreachable_reason(whole) == unreachable_of_rows(kept)
@@ -199,7 +204,7 @@ def test_the_flush_thread_keeps_the_loops_cpu_priority(tmp_path):
     hists = LiveHistograms(writer.path, T0, 1_700_000_000.0)
 
     def flush_then_priority(finished: list) -> tuple[int, int]:
-        _tick_work(writer, recorder, hists, list(finished), INTERVAL_NS, finished, T0)
+        tick_work(writer, recorder, hists, list(finished), INTERVAL_NS, finished, T0)
         tid = threading.get_native_id()
         return tid, os.getpriority(os.PRIO_PROCESS, tid)
 

@@ -9,7 +9,7 @@ from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.analysis.decompose import decompose
 from loadgen.analysis.summary import summarize
-from loadgen.run.launch import check_generator
+from loadgen.run.ending import check_generator
 from loadgen.run.intervals import metric_values_ns
 from tests.unit.test_summary import make_run, row
 

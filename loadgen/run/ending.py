@@ -1,0 +1,178 @@
+"""The one ending of every run, whatever the mode (single process, --workers, --ray): the manifest and
+the verdict.
+
+- run_manifest() builds manifest.json whole (every section, docs/results.md), once with status `running`
+  at t0 and once at the end; the launcher's own sections (`workers`, `ray`) are added where they apply.
+- judge() is the invalid-run rule, applied once to all the run's rows (times ns from t0, plan order):
+  the generator's self-check (selfcheck.py; its rate and shape rules only for an open loop, from the
+  load model), then an unreachable target (reachability.py: that reason alone), then the prompt-length
+  verdict (prompts.verdict, with the server's usage counts). The launcher's own reasons (a worker that
+  died, Ray's clock skew) come first. A run that was interrupted has no reasons.
+- finish() joins them: judges, writes manifest.json, says the status and the reasons, returns the outcome.
+Each process of the run hands in what it measured as a `process record` (inprocess.Measured, or a
+worker's part manifest): status, t0, and its generator figures (loop lateness, CPU, chunks, histogram
+out-of-range counts), which are combined here: the worst loop lateness (the stall floor reads it), the
+summed CPU and chunks, the summed out-of-range counts.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import polars as pl
+
+from loadgen import __version__
+from loadgen.client.closedloop import load_model
+from loadgen.config.slo import slo_keys
+from loadgen.config.workload import RunConfig, redact_url
+from loadgen.plan.prompts import usage_check
+from loadgen.plan.schedule import Schedule
+from loadgen.probe.reachability import unreachable_reason
+from loadgen.results.folder import SCHEMA_VERSION, Manifest, RunWriter
+from loadgen.run import selfcheck
+from loadgen.run.outcome import RunOutcome, say, say_lengths
+from loadgen.run.prepare import Target
+
+CALIBRATION_OFF = ("off (--no-calibrate): without server timings, queue and prefill cannot be separated")
+
+
+@dataclass
+class RunFacts:
+    """What is known of the run before t0, in every mode: the manifest's run-wide sections."""
+    target: Target
+    schedule: Schedule
+    run_id: str
+    workload: dict = field(default_factory=dict)   # prepare.request_bodies' `workload` section
+
+    @property
+    def config(self) -> RunConfig:
+        return self.target.config
+
+
+@dataclass
+class Verdict:
+    status: str                    # complete | invalid | interrupted
+    reasons: list[str]
+    generator: dict                # the self-check's figures (selfcheck.check)
+
+
+def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: list[str] | None = None,
+                 **sections: Any) -> Manifest:
+    """manifest.json. sections: scrape, calibration, generator, finished, workers, ray (None = left out)."""
+    config, target, schedule = facts.config, facts.target, facts.schedule
+    manifest: Manifest = {
+        "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": facts.run_id,
+        "status": status, "invalid_reasons": list(reasons or []),
+        "config": config.to_manifest(), "seed": config.seed,
+        "target": {"url": redact_url(target.url), "backend": config.backend, "api": config.api,
+                   "builtin_sim": target.builtin_sim, "server": target.server},
+        "t0": t0,
+        # the driver's: the process that runs the whole run (analysis/completeness.py looks for its pid)
+        "host": {"hostname": socket.gethostname(), "pid": os.getpid(), "platform": platform.platform(),
+                 "python": platform.python_version(), "cpus": os.cpu_count()},
+        "schedule": {"requests": len(schedule), "process": config.arrivals.process,
+                     "configured_rate_per_s": config.arrivals.rate_per_s,
+                     "offered_rate_per_s": schedule.offered_rate_per_s(),
+                     "warmup_requests": int(schedule.warmup.sum())},
+        "workload": facts.workload,
+        "client": target.client.manifest(target.headers),
+        "load": load_model(config),                                  # open or closed loop
+    }
+    if config.slo:
+        manifest["slo"] = slo_keys(dict(config.slo))  # read by `report`
+    for key, value in sections.items():
+        if value is not None:
+            manifest[key] = value  # type: ignore[literal-required]  # each a Manifest key (the docstring's)
+    return manifest
+
+
+def check_generator(requests: pl.DataFrame, limits: selfcheck.Limits | None = None,
+                    open_loop: bool = True) -> tuple[list[str], dict]:
+    # requests: results.REQUEST_SCHEMA frame in plan (idx) order, times int64 ns from any one origin (t0);
+    # the self-check reads only differences of them
+    sent = requests.filter(pl.col("dispatched_ns").is_not_null())
+    return selfcheck.check(sent["intended_ns"].to_numpy(), sent["dispatched_ns"].to_numpy(),
+                           sent["slot_wait_ns"].fill_null(0).to_numpy(), limits or selfcheck.Limits(),
+                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop)
+
+
+def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict | None,
+          launcher_reasons: list[str] | tuple[str, ...] = ()) -> Verdict:
+    """The invalid-run rule (module docstring). lengths: the workload's `prompt_lengths`, given the
+    server's usage counts here (usage_check, in place); None: no prompt-length verdict."""
+    reasons, generator = check_generator(requests, selfcheck.limits_of(config),
+                                         open_loop=load_model(config)["loop"] == "open")
+    unreachable = unreachable_reason(requests) if status == "complete" else None
+    if unreachable:
+        reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
+    reasons = [*launcher_reasons, *reasons] if status == "complete" else []
+    if reasons:
+        status = "invalid"
+    if lengths is not None:  # the server's own counts of what was sent
+        ok = requests.filter(pl.col("outcome") == "ok")
+        usage_check(lengths, list(zip(ok["planned_prompt_tokens"].to_list(), ok["prompt_tokens"].to_list())))
+        if status == "complete" and not lengths["exact"] and not lengths["asked_approximate"]:
+            # the server was offered other prompts than the plan's: the run does not describe the workload
+            status = "invalid"
+            reasons.append(f"prompt lengths are not the planned ones: {lengths['reason']}")
+    return Verdict(status, reasons, generator)
+
+
+def combined_status(statuses: list[str]) -> str:
+    """The run's status before judging: interrupted when any process was; a process that died is the
+    launcher's reason, not a status."""
+    return "interrupted" if "interrupted" in statuses else "complete"
+
+
+def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
+    """The self-check's figures with the processes' own: worst loop lateness, summed CPU, chunks, out-of-range."""
+    gens = [r["generator"] for r in records if r.get("generator")]
+    generator = dict(verdict.generator)
+    late = [g["loop_lateness_ms"] for g in gens if (g.get("loop_lateness_ms") or {}).get("p99") is not None]
+    generator["loop_lateness_ms"] = max(late, key=lambda x: x["p99"]) if late else {"samples": 0}
+    cpu_s, chunks = sum(g.get("cpu_s") or 0.0 for g in gens), sum(g.get("chunks") or 0 for g in gens)
+    generator.update(cpu_s=cpu_s, chunks=chunks, cpu_us_per_chunk=cpu_s * 1e6 / chunks if chunks else None)
+    out: dict[str, int] = {}
+    for g in gens:
+        for m, n in (g.get("out_of_range") or {}).items():
+            out[m] = out.get(m, 0) + int(n or 0)
+    generator["out_of_range"] = out
+    return generator
+
+
+def calibration_note(config: RunConfig, path: Path) -> str:
+    """The manifest's `calibration`: the file the fit went to (written by the process that calibrated), or why none."""
+    if (path / "calibration.json").is_file():
+        return "calibration.json"
+    return CALIBRATION_OFF if not config.calibrate else "failed"
+
+
+def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame, records: list[dict], *,
+           progress: TextIO | None, final_line: str, launcher_reasons: list[str] | tuple[str, ...] = (),
+           workers: list[dict] | None = None, ray: dict | None = None) -> RunOutcome:
+    """Judge the run, write manifest.json, say how it ended. requests: every row of the run (one per
+    scheduled request, plan order, times ns from t0); records: one per process (module docstring)."""
+    path = writer.path
+    status = combined_status([r["status"] for r in records])
+    lengths = facts.workload.get("prompt_lengths")
+    verdict = judge(facts.config, requests, status, lengths, launcher_reasons)
+    generator = combine_generators(verdict, records)
+    if workers is not None:
+        generator["workers"] = len(workers)
+    scrape = next((r["scrape"] for r in records if r.get("scrape")), None)
+    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape,
+                            calibration=calibration_note(facts.config, path), generator=generator,
+                            finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
+                            workers=workers, ray=ray)
+    writer.manifest(manifest)
+    if lengths is not None:
+        say_lengths(progress, lengths)
+    say(progress, f"{final_line}  [{verdict.status}]")
+    for reason in verdict.reasons:
+        say(progress, f"INVALID RUN: {reason}")
+    return RunOutcome(path, verdict.status, verdict.reasons)

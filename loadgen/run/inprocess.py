@@ -1,0 +1,360 @@
+"""One process's run on its own event loop: calibrate, connect, wait for t0, dispatch, record, flush.
+
+measure(job) -> Measured runs the whole plan (the single process) or one worker's share of it (job.part,
+workers.py / ray_workers.py). It neither judges the run nor writes manifest.json: the common ending
+(ending.py) does both, the same way in every mode, from what this returns. Progress goes to
+job.progress (None = quiet).
+
+While the run goes, a tick every second (aligned to t0) hands the rows finished since the last tick to a
+worker thread, which records them into the interval histograms (`*.hlog`, intervals.py) and, every
+FLUSH_EVERY_TICKS ticks, writes them as a parquet part and drops them (Recorder.release: the part is
+then their only copy, so memory stays flat over a long run; at the end, writer.finalize reads the
+parts back with the rows not yet flushed, and the end-of-run checks read that frame). The thread runs
+numpy/polars code that mostly releases the GIL; the interpreter's switch interval is lowered for the run
+so that a busy thread cannot hold the dispatcher off for the default 5 ms. Event-loop lateness is probed
+all along (Measured.generator `loop_lateness_ms`).
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import secrets
+import signal
+import ssl
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol, TextIO
+
+import numpy as np
+import polars as pl
+
+from loadgen import metrics
+from loadgen.client.backends.base import Backend
+from loadgen.client.clock import Clock, TimerfdClock, make_clock
+from loadgen.client.closedloop import ClosedLoopRunner
+from loadgen.client.rawhttp import RawHttpTransport
+from loadgen.client.recorder import Recorder, Row
+from loadgen.client.runner import Runner
+from loadgen.client.transport import AiohttpTransport
+from loadgen.config.workload import RunConfig, redact_url
+from loadgen.plan.bodies import Bodies
+from loadgen.plan.prompts import synthetic_text
+from loadgen.plan.schedule import Schedule
+from loadgen.probe.calibrate import fit, probe_record, probe_rows
+from loadgen.probe.scrape import Scraper
+from loadgen.results.folder import RunWriter, write_json, write_parquet
+from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
+from loadgen.run.outcome import say
+from loadgen.run.prepare import Target
+
+START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
+FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
+SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
+LOOP_PROBE_NS = 20_000_000      # event-loop lateness probe period
+PROBE_TIMEOUT_NS = 10_000_000_000        # each calibration probe (an idle server answers one far sooner)
+CALIBRATION_BUDGET_NS = 60_000_000_000   # all calibration probes together
+
+
+class Share(Protocol):
+    """One worker's part of the plan (workers.Part): its number, the shared t0, its rows."""
+    worker: int
+
+    def wait_for_t0(self) -> int: ...
+
+    def select(self, rows: list[Row], bodies: list[bytes], shaper): ...
+
+
+@dataclass
+class Job:
+    """What one process's run needs; everything before it (target, bodies) is set up already."""
+    target: Target
+    schedule: Schedule
+    backend: Backend
+    bodies: list[bytes]
+    shaper: Bodies | None
+    writer: RunWriter                 # the run's folder, or a worker's share of it (workers.PartWriter)
+    run_id: str
+    progress: TextIO | None = None
+    part: Share | None = None         # None: the whole plan, t0 = set-up end + START_LEAD_NS
+    on_t0: Callable[[dict], None] | None = None   # called with the t0 section (t0_section) once t0 is set
+
+
+@dataclass
+class Measured:
+    """What the run of one process left, for the ending (ending.py) to judge and describe."""
+    status: str                       # complete | interrupted
+    t0: dict                          # t0_section: this process's t0
+    requests: pl.DataFrame            # its rows as written (results.REQUEST_SCHEMA, times ns from t0)
+    generator: dict                   # loop_lateness_ms, cpu_s, chunks, out_of_range (per metric)
+    scrape: dict | None = None        # Scraper.summary(), with --scrape-metrics
+    progress_line: str = ""           # the last progress line (the ending adds the status)
+
+    def record(self) -> dict:
+        """The process record the ending reads (ending.py; a worker's is its part manifest)."""
+        return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape}
+
+
+def t0_section(t0_ns: int, unix_ns: int) -> dict:
+    """The manifest's `t0`: CLOCK_MONOTONIC ns (the origin of every *_ns column) and the wall clock then."""
+    return {"monotonic_ns": t0_ns, "unix_ns": unix_ns, "iso": datetime.fromtimestamp(unix_ns / 1e9, UTC).isoformat()}
+
+
+async def measure(job: Job) -> Measured:
+    config, part, writer, progress = job.target.config, job.part, job.writer, job.progress
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    clock = make_clock()
+    url, headers = job.target.url, job.target.headers
+    tls = job.target.client.ssl_context()
+    transport = await _before_t0(job, clock, stop, tls)
+    mono_now, wall_now = clock.now_ns(), time.time_ns()
+    # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
+    t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
+    wall_now += t0 - mono_now - START_LEAD_NS
+    rows, bodies, shaper = plan_rows(job, t0)
+    started = t0_section(t0, wall_now + START_LEAD_NS)
+    if job.on_t0 is not None:
+        job.on_t0(started)
+    recorder = Recorder(rows)
+    hists = LiveHistograms(writer.hlog_dir, t0, (wall_now + START_LEAD_NS) / 1e9,
+                           worker=part.worker if part else None)
+    lateness_ns = array("q")  # one sample per LOOP_PROBE_NS: 8 bytes each, not a Python int
+    # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
+    # collector's sight, so a full collection during the run scans only what the run allocates
+    # (otherwise each one blocks the loop for milliseconds).
+    gc.collect()
+    gc.freeze()
+    old_switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # Sample /metrics during the run (bytes only; parsed afterwards).
+    scraper = (Scraper(url, t0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
+               if config.scrape_metrics else None)
+    scrape_task = asyncio.create_task(scraper.run()) if scraper else None
+    try:
+        async with transport:
+            # --concurrency N is a closed loop of N users (closedloop.py)
+            # (mypy cannot match the splatted users/think_ns, ClosedLoopRunner's own keywords, to a signature)
+            closed = {"users": config.concurrency, "think_ns": config.think_ns} if config.concurrency else {}
+            runner = (ClosedLoopRunner if closed else Runner)(
+                            rows, bodies, job.backend, transport, clock, recorder, **closed,  # type: ignore[arg-type]
+                            max_concurrency=config.max_concurrency,
+                            request_timeout_ns=config.request_timeout_ns,
+                            drain_timeout_ns=config.drain_timeout_ns,
+                            next_body=shaper.next_turn if shaper is not None else None)
+            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
+            probe = asyncio.create_task(_probe_loop(lateness_ns))
+            ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
+            cpu0 = os.times()
+            try:
+                status = await runner.run(stop)
+            finally:
+                for t in (flusher, probe, ticker):
+                    t.cancel()
+                await asyncio.gather(flusher, probe, ticker, return_exceptions=True)
+                clock.close()
+                cpu1 = os.times()
+    finally:
+        sys.setswitchinterval(old_switch)
+        gc.unfreeze()
+    scrape = await _end_scrape(scraper, scrape_task, writer, progress)
+    rest = recorder.take_finished()
+    hists.record_interval(rest, clock.now_ns() - t0)
+    histograms = hists.close()
+    # Every row, flushed or not, as written (times ns from t0): what the checks read.
+    requests = writer.finalize(recorder.unflushed(), t0)
+    # The client's CPU over the run (dispatch, streams, parsing after each stream, histograms, flushes):
+    # the cost per streamed chunk is what limits the rate one process can drive.
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    generator = {"loop_lateness_ms": _lateness(lateness_ns), "cpu_s": cpu_s,
+                 "chunks": int(requests["n_chunks"].sum()),
+                 "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
+    return Measured(status, started, requests, generator, scrape,
+                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns))
+
+
+async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
+    """Calibrate the idle server (when asked), then open and warm the run's transport; returns it, entered."""
+    config, url, headers, progress = job.target.config, job.target.url, job.target.headers, job.progress
+    if config.calibrate:
+        await _calibrate(config, job.schedule, job.backend, url, headers, clock, job.writer, progress, stop, tls)
+    else:
+        say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
+                      "report cannot split TTFT into queueing and prefill")
+    transport = make_transport(url, headers, tls, clock)
+    await transport.__aenter__()
+    say(progress, f"opening a connection to {redact_url(url)} (GET /v1/models, at most 2s)")
+    await transport.warm()  # before t0: the transport's first-request costs must not delay request 0 or 1
+    return transport
+
+
+async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer: RunWriter,
+                      progress: TextIO | None) -> dict | None:
+    """Stop the /metrics sampler, write server_metrics.parquet; the manifest's `scrape` section."""
+    if scraper is None or task is None:
+        return None
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await scraper.final_sample()
+    write_parquet(writer.path / "server_metrics.parquet", scraper.frame())
+    if scraper.errors:
+        say(progress, f"warning: {scraper.errors} of {scraper.errors + scraper.scrapes} /metrics scrapes "
+                      f"failed; last: {scraper.last_error}")
+    return scraper.summary()
+
+
+async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
+                     writer: RunWriter, progress: TextIO | None, stop: asyncio.Event,
+                     tls: ssl.SSLContext | bool = True) -> dict | None:
+    """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
+    rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
+    if not rows:
+        return None
+    rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
+    bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
+    probe_ns = min(config.request_timeout_ns, PROBE_TIMEOUT_NS)
+    say(progress, f"calibrating: {len(rows)} sequential probes of the idle server at {redact_url(url)} "
+                  f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})}; each waits at most "
+                  f"{probe_ns / 1e9:g}s, all {CALIBRATION_BUDGET_NS / 1e9:g}s; --no-calibrate skips this)")
+    async with make_transport(url, headers, tls, clock) as transport:
+        # The warm-up probe alone first: a server that does not answer it is not probed 15 more times.
+        for part, drain_ns in ((slice(0, 1), probe_ns), (slice(1, None), CALIBRATION_BUDGET_NS)):
+            runner = Runner(rows[part], bodies[part], backend, transport, clock,
+                            Recorder(rows[part]), max_concurrency=1, request_timeout_ns=probe_ns,
+                            drain_timeout_ns=drain_ns)
+            if await runner.run(stop) == "interrupted":
+                return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
+            if rows[0].outcome != "ok":
+                say(progress, f"warning: calibration skipped: the first probe ended {rows[0].outcome} "
+                              f"({rows[0].error_kind}); queue and prefill will not be separated")
+                return None
+    try:
+        calibration = fit([probe_record(r) for r in rows[1:]])
+    except ValueError as e:
+        say(progress, f"warning: calibration failed ({e}); queue and prefill will not be separated")
+        return None
+    write_json(writer.path / "calibration.json", calibration)
+    return calibration
+
+
+def plan_rows(job: Job, t0: int) -> tuple[list[Row], list[bytes], Bodies | None]:
+    """The rows of the plan (or of the job's share of it), due at t0 + their planned offsets."""
+    schedule, bodies, shaper = job.schedule, job.bodies, job.shaper
+    rows = [Row(i, f"{job.run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
+            for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
+                                                   schedule.max_tokens, schedule.warmup))]
+    shape_rows(rows, schedule)
+    if job.part:  # its share of the plan only
+        rows, bodies, shaper = job.part.select(rows, bodies, shaper)
+    return rows, bodies, shaper
+
+
+def shape_rows(rows: list[Row], schedule: Schedule) -> None:
+    """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null)."""
+    for r, g, s, t, a, k in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
+                                schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist()):
+        r.prefix_group, r.session, r.turn = (None if g < 0 else g), (None if s < 0 else s), (None if t < 0 else t)
+        if a >= 0:
+            r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
+
+
+def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,
+                   clock: Clock | None = None):
+    # Plain http: the raw protocol transport (stamps in the protocol callback, on the run's clock; see
+    # rawhttp.py). https, or LOADGEN_TRANSPORT=aiohttp: aiohttp (tls: client_options.ClientOptions.ssl_context).
+    now_ns = clock.now_ns if clock is not None else time.monotonic_ns
+    if url.startswith("http://") and os.environ.get("LOADGEN_TRANSPORT", "raw") == "raw":
+        return RawHttpTransport(url, headers, now_ns=now_ns)
+    return AiohttpTransport(url, headers, tls, now_ns=now_ns)
+
+
+def _lateness(samples_ns: array) -> dict:
+    if not samples_ns:
+        return {"samples": 0}
+    a = np.asarray(samples_ns, dtype=np.int64)
+    p50, p99 = metrics.quantiles(a, (0.5, 0.99))
+    return {"samples": int(a.size), "p50": float(p50) / 1e6, "p99": float(p99) / 1e6, "max": float(a.max()) / 1e6,
+            "probe_period_ms": LOOP_PROBE_NS / 1e6}
+
+
+async def _probe_loop(out: array) -> None:
+    # How late the loop runs a timer (kernel wake-up included, ~50-100 µs on a VM): a blocked loop shows here
+    # even between dispatches. Own timerfd, no spin, so it costs one wake-up per period.
+    try:
+        probe = TimerfdClock(spin_ns=0)
+    except (OSError, AttributeError):
+        return
+    try:
+        due = probe.now_ns() + LOOP_PROBE_NS
+        while True:
+            await probe.sleep_until(due)
+            out.append(probe.now_ns() - due)
+            due += LOOP_PROBE_NS
+    finally:
+        probe.close()
+
+
+async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int, now_ns) -> None:
+    tick = 0
+    pending: list = []
+    while True:
+        tick += 1
+        end_ns = tick * INTERVAL_NS
+        delay_ns = t0 + end_ns - now_ns()
+        if delay_ns > 0:
+            await asyncio.sleep(delay_ns / 1e9)
+        if end_ns <= hists.next_start_ns:
+            continue
+        rows = recorder.take_finished()
+        pending.extend(rows)
+        flush, pending = (pending, []) if tick % FLUSH_EVERY_TICKS == 0 else ([], pending)
+        work = asyncio.get_running_loop().run_in_executor(None, tick_work, writer, recorder, hists, rows, end_ns,
+                                                          flush, t0)
+        try:
+            await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await work  # the run's end must not write the same files while this thread still does
+            raise
+
+
+def tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows: list, end_ns: int, flush: list,
+              t0: int) -> None:
+    """One tick's work, in the flush thread: the interval's histograms, and every FLUSH_EVERY_TICKS a part."""
+    # Runs at the event loop's own CPU priority, never lower: this thread holds the GIL in its Python
+    # parts, and a lowered (nice 19) holder beside CPU-bound processes is not scheduled for hundreds of
+    # ms while the loop waits for the GIL (priority inversion; measured beside a 2-job compile at 400
+    # req/s: send-lag p99 160-220 ms at nice 19, 4.2 ms at nice 0, the bare client 4.9 ms). The
+    # GIL switch interval bounds how long it holds the loop off only while it is running.
+    hists.record_interval(rows, end_ns)
+    rows.clear()
+    if flush:
+        writer.flush(flush, t0)
+        recorder.release(flush)
+        flush.clear()  # the last references: the rows are freed here, off the event loop's thread
+
+
+def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_ns) -> str:
+    elapsed_s = max(1e-9, (now_ns() - t0) / 1e9)
+    ttfts = recorder.ttft_window_ns
+    p50 = f"{metrics.quantiles(np.asarray(ttfts), (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
+    return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
+            f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
+            f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
+
+
+async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int,
+                         now_ns) -> None:
+    if out is None:
+        return
+    tty = out.isatty()
+    while True:
+        await asyncio.sleep(1.0 if tty else 5.0)
+        line = _progress_line(runner, recorder, t0, total, now_ns)
+        out.write(f"\r{line}\033[K" if tty else line + "\n")
+        out.flush()

@@ -1,0 +1,50 @@
+"""What a run returns, and how it speaks: the outcome (folder, status, reasons, exit code) and the
+progress lines (to the `progress` stream, stderr from the CLI; None = quiet).
+
+Exit codes (errors.ExitCode): OK complete, INVALID (the run did not measure the server: its reasons say
+why), INTERRUPTED (SIGINT/SIGTERM); USAGE is a ConfigError raised before a run starts.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from loadgen.errors import ExitCode
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    status: str                      # complete | interrupted | invalid
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return exit_code_of(self.status)
+
+
+def exit_code_of(status: str) -> ExitCode:
+    """complete -> OK, invalid -> INVALID, anything else (interrupted) -> INTERRUPTED."""
+    return {"complete": ExitCode.OK, "invalid": ExitCode.INVALID}.get(status, ExitCode.INTERRUPTED)
+
+
+def say(out: TextIO | None, text: str) -> None:
+    if out is not None:
+        if out.isatty():
+            out.write("\r\033[K")
+        out.write(text + "\n")
+        out.flush()
+
+
+def say_lengths(out: TextIO | None, lengths: dict) -> None:
+    """The prompt-length verdict (prompts.verdict), when the lengths are not exact."""
+    # A warning is not progress: on stderr with --quiet too (the note for an asked-for approximation is).
+    if lengths["exact"]:
+        return
+    if lengths["asked_approximate"]:
+        say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
+    else:
+        say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
+                               f"invalid, exit code {ExitCode.INVALID:d}, unless prompt.tokenizer = \"approximate\")")

@@ -1,0 +1,82 @@
+"""Before any process of a run starts: the target (the built-in simulator started when there is no
+--url, the model asked of the target when not given, the server kind detected), and the request bodies.
+
+The launcher (launch.py) sets the target up once, in the driver, whatever the mode; every process of
+the run (the single process, each worker, each Ray actor) gets the same Target and builds the bodies of
+the whole plan from it (request_bodies), so the manifest's `workload` section is the same in every mode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from loadgen.client.backends import make_backend
+from loadgen.config.client import ClientOptions
+from loadgen.config.workload import RunConfig, redact_url, with_overrides
+from loadgen.plan.bodies import Bodies
+from loadgen.plan.datasets import load_sharegpt
+from loadgen.plan.prompts import PromptMaker, verdict
+from loadgen.plan.schedule import Schedule
+from loadgen.probe.discover import DISCOVER_TIMEOUT_S, discover_model
+from loadgen.probe.server_tokenizer import resolve as resolve_tokenizer
+from loadgen.probe.servers import detect as detect_server
+from loadgen.run.outcome import say, say_lengths
+
+
+@dataclass(frozen=True)
+class Target:
+    """The target as every process of the run talks to it (picklable: it travels to workers and actors)."""
+    config: RunConfig          # the model resolved (asked of the target when the workload gives none)
+    url: str                   # without credentials (credentials.split_url)
+    headers: dict[str, str]    # every header sent to the target (config.client.target_url_and_headers)
+    client: ClientOptions      # TLS choice, --header
+    builtin_sim: bool
+    server: dict | None        # servers.detect: kind, version
+
+    def backend(self):
+        c = self.config
+        return make_backend(c.backend, c.api, c.model, c.extra_body)
+
+
+def default_out(config: RunConfig) -> Path:
+    return Path("results") / f"{config.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_target(config: RunConfig, url: str, headers: dict[str, str], client: ClientOptions,
+                   builtin_sim: bool, progress: TextIO | None) -> Target:
+    """The model (asked of the target when not given) and the server kind, once for the whole run."""
+    if not config.model:
+        say(progress, f"model not given: asking {redact_url(url)}/v1/models (up to {DISCOVER_TIMEOUT_S:g}s)")
+        config = with_overrides(config, "/v1/models", model=discover_model(url, headers, client.ssl_context()))
+        say(progress, f"model: {config.model} (the one the target serves)")
+    server = detect_server(url, headers, progress=progress)
+    say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
+    return Target(config, url, headers, client, builtin_sim, server)
+
+
+def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | None = None,
+                   progress: TextIO | None = None,
+                   headers: dict[str, str] | None = None) -> tuple[list[bytes], Bodies, dict]:
+    """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
+    `workload` section: tokenizer used (and any fallback warning), prompt length checks and verdict
+    (`prompt_lengths`, prompts.verdict), trace counts."""
+    tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
+                                           config.model, progress, headers)
+    maker = PromptMaker(tokenizer)
+    convs = load_sharegpt(config.dataset) if config.dataset else None
+    bodies = Bodies(schedule, backend, maker, config.seed, convs)
+    built = bodies.build_all()
+    checks = maker.summary()
+    info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
+                                           "warning": warning}, "prompt_checks": checks,
+            "prompt_lengths": verdict(tokenizer, checks, config.tokenizer)}
+    return built, bodies, info
+
+
+def say_workload(progress: TextIO | None, workload: dict) -> None:
+    """The tokenizer's fallback warning and the prompt-length verdict of request_bodies' `workload`."""
+    if workload["tokenizer"]["warning"]:
+        say(progress, "WARNING: " + workload["tokenizer"]["warning"])
+    say_lengths(progress, workload["prompt_lengths"])
