@@ -4,11 +4,11 @@ to a request (refused, reset, timed out, malformed) is data, recorded in its row
 
     LoadgenError                 anything the CLI reports as `error: ...` with exit 2 (ExitCode.USAGE)
     ├── InputError               bad input; .problems lists every problem found, each naming its source
-    │   ├── ConfigError          workload file and flags (config.py)
+    │   ├── ConfigError          workload file and flags (config/)
     │   ├── TraceError           trace files, with file:line (traces.py)
     │   └── DatasetError         ShareGPT-style datasets (datasets.py)
     ├── TokenizerError           a tokenizer that was asked for cannot be used (prompts.py)
-    ├── ResultsError             a results folder that cannot be read (results.py)
+    ├── ResultsError             a results folder that cannot be read (results/folder.py)
     ├── SimStartError            the built-in simulator did not start (sim/process.py)
     └── TransportError           one request's connection failed: caught by the runner, becomes the
                                  row's error_kind (`kind`) and error_detail, never reaches the user

@@ -145,7 +145,7 @@ class Gaps(NamedTuple):
 
 def gap_arrays(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> Gaps:
     """The gaps of every stream in a tokens.parquet frame (of `request_ids` only, when given).
-    tokens.parquet holds each request's chunks contiguously in idx order (results.py writes it so): then
+    tokens.parquet holds each request's chunks contiguously in idx order (results/folder.py writes it so): then
     no sort is needed (a sort of 10 M string-keyed rows costs seconds); otherwise it sorts."""
     t = tokens.filter(_c("n_tokens") > 0) if (tokens["n_tokens"] <= 0).any() else tokens
     for attempt in ("as written", "sorted"):

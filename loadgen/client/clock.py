@@ -116,7 +116,7 @@ class TimerfdClock:
 
 
 class Clock(Protocol):
-    """What the runner, the transports and execute.py take: now in int64 ns, and waits for absolute
+    """What the runner, the transports and run/inprocess.py take: now in int64 ns, and waits for absolute
     deadlines. TimerfdClock and SpinClock are real; LoopClock follows the (virtual-time) event loop."""
 
     def now_ns(self) -> int: ...

@@ -4,7 +4,7 @@ Parsing a long stream after it ends (rawhttp's de-chunking, a backend's interpre
 CPU for a 32k-token reply. On the loop that time would hold every other stream's reads back, so their
 stamps, and their TTFT and ITL, would be late (measured: up to 180 ms, tests/integration/
 test_long_context.py). Streams with more than OFFLOAD_READS reads are therefore parsed in the default
-thread pool: the worker holds the GIL one switch interval at a time (execute.py lowers it for the run),
+thread pool: the worker holds the GIL one switch interval at a time (run/inprocess.py lowers it for the run),
 so the loop keeps stamping reads meanwhile.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A Row is created for every scheduled request before the run starts, so every request yields exactly one
 row whatever happens to it. Times on a Row are absolute `time.monotonic_ns()` values during the run;
-results.py turns them into int64 ns from t0 when writing (None stays null, never 0).
+results/folder.py turns them into int64 ns from t0 when writing (None stays null, never 0).
 
 Once a finished row is written in a flushed part (RunWriter.flush), the part is its only copy: the
 recorder drops it from the row list (its slot becomes None), so a long run's memory stays flat, and the

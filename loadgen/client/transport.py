@@ -88,7 +88,7 @@ class AiohttpTransport:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> AiohttpTransport:
-        if self._session is not None:  # already open (execute.py opens it early to warm it)
+        if self._session is not None:  # already open (run/inprocess.py opens it early to warm it)
             return self
         now = self.now_ns
 

@@ -50,6 +50,12 @@ class Option:
         return (self.flag or "")[2:].replace("-", "_")
 
     @property
+    def run_field(self) -> str:
+        """The field of an option no workload key holds (a run or client option: the table gives each one)."""
+        assert self.field is not None, f"{self.flag}: a run or client option names its field"
+        return self.field
+
+    @property
     def value(self) -> Any:
         """The field's default value (parsed: ns, a tuple, a bool)."""
         if self.switch and self.default is None:

@@ -114,10 +114,10 @@ def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, url: 
     same round: one ConfigError holds the problems of the file, the flags and the client options."""
     path = Path(path)
     given = {f: v for f, v in (overrides or {}).items() if v is not None}
-    client = {BY_FLAG[f].field: given.pop(f) for f in list(given) if BY_FLAG[f].client}
+    client = {BY_FLAG[f].run_field: given.pop(f) for f in list(given) if BY_FLAG[f].client}
     run_options: dict[str, Any] = {"url": url, "out": out, "sim_args": sim_args}
     for flag in [f for f in given if BY_FLAG[f].key is None]:
-        run_options[BY_FLAG[flag].field] = given.pop(flag)
+        run_options[BY_FLAG[flag].run_field] = given.pop(flag)
     try:
         raw = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -166,7 +166,7 @@ def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
 def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
     # A trace replay takes its arrivals (and, unless trace.lengths = false, its lengths) from the trace:
     # flags that set them would be silently ignored, so they are errors.
-    trace = raw.get("trace") if isinstance(raw.get("trace"), dict) else {}
+    trace: dict[str, Any] = raw["trace"] if isinstance(raw.get("trace"), dict) else {}
     if overrides.get("--trace") is None and not trace:
         return []
     given = {f for f, v in overrides.items() if v is not None}

@@ -76,7 +76,7 @@ class Scraper:
                  headers: dict[str, str] | None = None, tls=True, *, now_ns=time.monotonic_ns):
         self.now_ns = now_ns
         self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
-        self.tls = tls  # aiohttp's ssl= (client_options.py)
+        self.tls = tls  # aiohttp's ssl= (config/client.py)
         self.t0_ns, self.interval_s = t0_ns, interval_ns / 1e9
         self.headers = headers or {}
         self.texts: list[tuple[int, str]] = []

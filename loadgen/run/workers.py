@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 import polars as pl
@@ -109,7 +109,7 @@ class Part:
     worker: int
     indices: np.ndarray
     run_id: str
-    conn: object = None
+    conn: Any = None        # a multiprocessing Connection (here) or the Ray coordinator's handle (ray_workers)
     info: dict | None = None
 
     def wait_for_t0(self) -> int:
@@ -148,7 +148,8 @@ class PartWriter(RunWriter):
     def hlog_dir(self) -> Path:
         return self.path / PARTS
 
-    def prepare(self) -> None:
+    def prepare(self, overwrite: bool = False) -> None:
+        # the run's folder is the driver's (it handled --overwrite): a share only adds _parts/
         (self.path / PARTS).mkdir(parents=True, exist_ok=True)
 
     def record(self, record: dict) -> None:
@@ -184,6 +185,7 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
 
 
 def _worker_main(target: Target, part: Part) -> None:
+    assert target.config.out is not None  # the launcher names the folder before any worker starts
     writer = PartWriter(target.config.out, part.worker)
     record = run_share(target, part, writer)
     sys.exit(exit_code_of(record["status"]))
@@ -262,7 +264,7 @@ def end_shares(facts: RunFacts, writer: RunWriter, t0: dict | None, owner: np.nd
     entries, records, fills = [], [], []
     for w, (pid, code) in enumerate(ended):
         mine = np.flatnonzero(owner == w)
-        entry = {"worker": w, "pid": pid, "exit_code": code, "requests": int(mine.size)}
+        entry: dict[str, Any] = {"worker": w, "pid": pid, "exit_code": code, "requests": int(mine.size)}
         record = share_record(path, w)
         if record is None:
             missing = np.setdiff1d(mine, requests["idx"].to_numpy())
