@@ -246,3 +246,13 @@ def fitted_rate_per_s(times_ns: npt.ArrayLike) -> float | None:
     i = np.arange(t.size, dtype=np.float64)
     slope_ns = float(np.cov(i, t, bias=True)[0, 1] / np.var(i))
     return 1e9 / slope_ns if slope_ns > 0 else None
+
+
+def number(v: object) -> float:
+    """A polars aggregate of a numeric column (Series.max(), .min(), .mean(), .sum(), ...), returned
+    unchanged (an int stays an int, so ns arithmetic stays exact). Polars types these as any Python
+    literal; a numeric column gives an int or a float, and anything else (None: no non-null value)
+    raises TypeError, as float(None) or None - 1 did before."""
+    if isinstance(v, (int, float)):
+        return v
+    raise TypeError(f"not a number: {v!r}")

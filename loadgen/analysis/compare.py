@@ -8,6 +8,7 @@ both measured) and as curves (knee, max goodput). `--fail-if` rules (fail_if.py)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
 from loadgen.analysis.fail_if import Rule, evaluate, parse_fail_if
-from loadgen.results.folder import loop_lateness_p99_ms, read_run
+from loadgen.results.folder import Manifest, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
 LATENCY = ("ttft", "ttft_from_send", "tpot", "itl", "e2e")
@@ -44,7 +45,7 @@ class CompareError(Exception):
 @dataclass
 class RunData:
     path: str
-    manifest: dict
+    manifest: Manifest
     latency: dict[str, np.ndarray]      # per measured request (intended order), ms, NaN = no value
     itl: tuple[np.ndarray, np.ndarray]  # samples (ms), owner = request position
     interval_ns: np.ndarray             # per completion (done order): time since the previous one
@@ -79,7 +80,7 @@ def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
     done = req.with_columns(met=pl.Series(met_req) if met_req is not None else pl.lit(None)).filter(
         pl.col("done_ns").is_not_null()).sort("done_ns")
     t = done["done_ns"].to_numpy()
-    start = req["intended_ns"].min() if req.height else 0
+    start = metrics.number(req["intended_ns"].min()) if req.height else 0
     interval = np.diff(np.concatenate(([start], t))).astype(np.float64) if t.size else np.empty(0)
     dec = None
     p = Path(path) / "decomposition.parquet"
@@ -97,7 +98,7 @@ def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
                    work_of(run.manifest, req))
 
 
-def work_of(manifest: dict, req: pl.DataFrame) -> dict:
+def work_of(manifest: Manifest, req: pl.DataFrame) -> dict:
     """The fields that say what work a run offered (compared by same_work)."""
     c = manifest.get("config", {})
 
@@ -155,7 +156,8 @@ def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effec
         rel = np.where(a_draws != 0, b_draws / a_draws - 1, np.nan)
     point_rel = (b_val / a_val - 1) if a_val not in (None, 0) and not math.isnan(a_val) else None
     rel_ci = bs.interval(rel)
-    resolved = rel_ci[0] is not None and (rel_ci[0] > 0 or rel_ci[1] < 0)
+    lo, hi = rel_ci  # both None (no draws) or both numbers
+    resolved = lo is not None and hi is not None and (lo > 0 or hi < 0)
     verdict = "indistinguishable"
     big = unit != "ms" or (a_val is not None and b_val is not None and abs(b_val - a_val) >= floor_ms)
     if resolved and point_rel is not None and abs(point_rel) >= min_effect and big:
@@ -209,7 +211,7 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
     if a.decomposition and b.decomposition:
         for c in DECOMP:
             if c in a.decomposition and c in b.decomposition:
-                va, vb = (bs.stat(x.decomposition[c], None) for x in (a, b))
+                va, vb = bs.stat(a.decomposition[c], None), bs.stat(b.decomposition[c], None)
                 out.append(_entry(f"decomposition.{c}", "mean", "ms", "lower",
                                   bs.per_request(a.decomposition[c], None, ia),
                                   bs.per_request(b.decomposition[c], None, ib), va, vb, min_effect, floor_ms))
@@ -272,7 +274,7 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
     return out
 
 
-def compare(inputs: list[str], slo_ms=None, fail_if: list[str] = (), resamples: int = bs.RESAMPLES,
+def compare(inputs: list[str], slo_ms=None, fail_if: Sequence[str] = (), resamples: int = bs.RESAMPLES,
             seed: int = 0, min_effect: float = MIN_EFFECT) -> dict:
     if len(inputs) < 2:
         raise CompareError("compare needs at least two results or sweep folders")

@@ -13,12 +13,13 @@ import socket
 
 import polars as pl
 
-from loadgen.results.folder import Run
+from loadgen import metrics
+from loadgen.results.folder import Manifest, Run
 
 FINISHED = ("complete", "invalid", "interrupted")
 
 
-def _alive(manifest: dict) -> bool:
+def _alive(manifest: Manifest) -> bool:
     host = manifest.get("host") or {}
     pid = host.get("pid")
     if not isinstance(pid, int) or host.get("hostname") != socket.gethostname():
@@ -39,7 +40,7 @@ def lost(run: Run) -> dict | None:
     done = run.requests["done_ns"].drop_nulls() if "done_ns" in run.requests.columns else pl.Series([])
     return {"status": m.get("status"), "planned": planned, "found": found,
             "missing": planned - found if planned is not None else None,
-            "last_recorded_s": float(done.max()) / 1e9 if done.len() else None, "alive": _alive(m)}
+            "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None, "alive": _alive(m)}
 
 
 def reason(info: dict) -> str:

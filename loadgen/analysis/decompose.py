@@ -105,12 +105,13 @@ def decompose(run: Run, calibration: dict | None = None, rule: StallRule | None 
         coef = calibration["prefill_ms"]["coef"]
         idle = _poly(coef, pl.col("prompt_tokens")).clip(lower_bound=0)
         compute = (idle - coef[0]).clip(lower_bound=0)
-        base = base.collect()
+        collected = base.collect()
         b = boundaries(run.tokens, CLUSTER_NS)
-        sched, unc, fit = _replayed(run, base, b["b_ns"].to_numpy(), scheduled_ns(b, base, compute, idle))
+        sched, unc, fit = _replayed(run, collected, b["b_ns"].to_numpy(), scheduled_ns(b, collected, compute, idle))
         del b
-        base = base.with_columns(scheduled_est_ns=pl.Series(sched, dtype=pl.Int64),
-                                 _unc_ms=pl.Series(unc, dtype=pl.Float64)).lazy()
+        base = collected.with_columns(scheduled_est_ns=pl.Series(sched, dtype=pl.Int64),
+                                      _unc_ms=pl.Series(unc, dtype=pl.Float64)).lazy()
+        del collected
         est_prefill = pl.min_horizontal(((pl.col("first_token_ns") - pl.col("scheduled_est_ns")) / NS_PER_MS),
                                         server_side).clip(lower_bound=0)
         # the idle server's decode ms per token at this prompt length (calibrate.py)
@@ -220,7 +221,7 @@ def aggregate(d: pl.DataFrame) -> dict:
         out[key] = {**_means(tail), "n": tail.height, "threshold_ms": cut}
     methods = d["method"].unique().sort().to_list() if d.height else []
     out["method"] = methods[0] if len(methods) == 1 else ("mixed: " + ", ".join(methods) if methods else None)
-    out["e2e_mean"] = float(d["e2e_ms"].mean()) if d.height else None
+    out["e2e_mean"] = float(metrics.number(d["e2e_ms"].mean())) if d.height else None
     # a bound on the mean queue's (and prefill's) error from the calibrated rows: every request the replay
     # did not reproduce sitting at the far end of the window its stamps allow (0 where all matched)
     unc = d["queue_uncertainty_ms"].drop_nulls() if "queue_uncertainty_ms" in d.columns else pl.Series([])

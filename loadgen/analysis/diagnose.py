@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen.metrics import number
 from loadgen.probe.scrape import KV_USAGE, WAITING
 
 QUEUE_DOMINANT = 0.5
@@ -49,7 +50,7 @@ def facts_from_metrics(metrics: pl.DataFrame | None) -> tuple[float | None, floa
 
     def top(names: tuple[str, ...]) -> float | None:
         v = metrics.filter(pl.col("name").is_in(list(names)))["value"]
-        return float(v.max()) if v.len() else None
+        return float(number(v.max())) if v.len() else None
 
     return top(WAITING), top(KV_USAGE)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen.metrics import number
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
@@ -38,7 +39,8 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
             return 1000.0 / decode_ms_per_token, "idle-server probes (calibration.json)"
     tpot = d["tpot_ms"].drop_nulls()
     if tpot.len():
-        return 1000.0 / float(tpot.min()), "fastest request of the run (no calibration: an upper bound under load)"
+        return (1000.0 / float(number(tpot.min())),
+                "fastest request of the run (no calibration: an upper bound under load)")
     return None, "no data"
 
 
@@ -53,12 +55,12 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanat
     roof = None
     if opts.model_config and (opts.device or opts.bandwidth):
         bw, source = bandwidth_from(opts.device, opts.bandwidth)
-        prompt_mean = float(d["prompt_tokens"].mean() or 0) if d.height else 0.0
-        output_mean = float(d["output_tokens"].mean() or 0) if d.height else 0.0
+        prompt_mean = float(number(d["prompt_tokens"].mean() or 0)) if d.height else 0.0
+        output_mean = float(number(d["output_tokens"].mean() or 0)) if d.height else 0.0
         rate, where = _single_stream(calibration, d, prompt_mean)
         roof = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
     max_waiting, max_kv = facts_from_metrics(metrics)
-    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(d["ttft_ms"].mean()) if d.height else None,
+    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(number(d["ttft_ms"].mean())) if d.height else None,
                   by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
                   max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
     out: Explanation = {

@@ -56,6 +56,7 @@ def parse_fail_if(text: str) -> Rule:
     if metric in LATENCY:
         if unit is None:
             raise FailIfError(f"--fail-if {text!r}: give a unit: +10% (relative) or +5ms (absolute)")
+        assert stat is not None  # a latency metric's statistic was checked above
         try:
             ms = parse_duration_ns(f"{abs(value)}{unit}") / 1e6 * (1 if value >= 0 else -1)
         except ValueError as e:

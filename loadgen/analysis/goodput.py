@@ -74,7 +74,7 @@ def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -
     n = m.height
     window_ns = None
     if n and m["done_ns"].drop_nulls().len():
-        window_ns = m["done_ns"].max() - m["intended_ns"].min()
+        window_ns = metrics.number(m["done_ns"].max()) - metrics.number(m["intended_ns"].min())
     met = int(m["met"].sum()) if n else 0
     return {"attainment": met / n if n else None,
             "requests_per_s": met * 1e9 / window_ns if window_ns else None,

@@ -149,6 +149,7 @@ def fit(B: np.ndarray, sent_ns: np.ndarray, prompt_tokens: np.ndarray, first_ns:
                 break  # no budget held anyone back: a larger one replays the same
 
     budgets(NO_LIMIT)  # the budget alone first
+    assert best is not None  # budgets() keeps its first replay at least
     # then the seat limit at that budget: the bound and just above it (a binding limit is usually
     # reached by the decoders alone), then doubling
     seats = [s_min, s_min + 1, s_min + 2]

@@ -39,7 +39,7 @@ import polars as pl
 
 from loadgen.metrics import Gaps, gap_arrays
 from loadgen.metrics import request_gaps as gaps  # noqa: F401  (the frame form, for callers)
-from loadgen.results.folder import loop_lateness_p99_ms
+from loadgen.results.folder import Manifest, loop_lateness_p99_ms
 
 
 BASELINE_Q = 0.1
@@ -57,7 +57,7 @@ class StallRule:
     client_lateness_ns: int = 0   # how late the client itself may read (the run's loop lateness p99)
 
     @classmethod
-    def for_run(cls, manifest: dict) -> "StallRule":
+    def for_run(cls, manifest: Manifest) -> "StallRule":
         # The client's own measured lateness L (the run's event-loop probe, p99): the last stamp of a stream
         # may be up to L late, so up to L of its decode time beyond the ideal can be the client's, not a
         # stall (decompose.py caps decode_stalls accordingly; ~0 on a quiet host).

@@ -62,7 +62,7 @@ def summarize(run: Run) -> RunSummary:
     n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
     window_ns = None
     if n and req["done_ns"].drop_nulls().len():
-        window_ns = req["done_ns"].max() - req["intended_ns"].min()
+        window_ns = metrics.number(req["done_ns"].max()) - metrics.number(req["intended_ns"].min())
     per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
     latency = {m: distribution_ms(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution_ms(itl_ns(run.tokens, ok["request_id"]))

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from loadgen import metrics
+from loadgen.metrics import number
 from loadgen.results import hdr
 from loadgen.analysis.summary import itl_ms, measured
 from loadgen.results.folder import Run
@@ -80,10 +81,10 @@ def interval_percentiles(run_dir: Path, metric: str, max_points: int = TIME_POIN
         merged = hdr.merge_intervals(chunk).hist
         length = max(1e-9, max(iv.start_s + iv.length_s for iv in chunk) - starts[i])
         count = merged.get_total_count()
-        p = hdr.percentiles_us(merged, (50.0, 99.0)) if count else {}
+        pct = hdr.percentiles_us(merged, (50.0, 99.0)) if count else {}
         ts.t_s.append(starts[i] + length / 2)
-        ts.values["p50"].append(p[50.0] / 1000 if count else None)
-        ts.values["p99"].append(p[99.0] / 1000 if count else None)
+        ts.values["p50"].append(pct[50.0] / 1000 if count else None)
+        ts.values["p99"].append(pct[99.0] / 1000 if count else None)
         ts.values["count_per_s"].append(count / length)
     return ts
 
@@ -123,7 +124,7 @@ def server_series(metrics: pl.DataFrame | None, max_points: int = TIME_POINTS) -
     m = metrics.filter(pl.col("name").is_in([n for ns in wanted.values() for n in ns]))
     if m.height == 0:
         return None
-    span = int(m["t_ns"].max())
+    span = int(number(m["t_ns"].max()))
     width = max(1, math.ceil((span + 1) / max_points))
     series: dict[str, dict[int, float]] = {}
     for label, names in wanted.items():
@@ -158,7 +159,9 @@ def gantt(d: pl.DataFrame, rows: int = GANTT_ROWS) -> tuple[list[GanttRow], dict
     if d.height == 0:
         return [], {}
     key = "decode_stalls_ms" if (d["decode_stalls_ms"] > 0).any() else "e2e_ms"
-    centre = int(d[key].arg_max())
+    centre = d[key].arg_max()
+    if centre is None:  # every value null: no request to centre on
+        return [], {}
     lo = max(0, min(centre - rows // 2, d.height - rows))
     w = d.slice(lo, rows)
     s = lambda ms: ms / 1e3  # noqa: E731

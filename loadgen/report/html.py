@@ -51,7 +51,7 @@ def table_html(t: tables.Table | None, s: Mapping[str, Any]) -> str:
     return f"<h3>{escape(t.title)}</h3><table><tr>{head}</tr>{''.join(body)}</table>{note}"
 
 
-def _cell(c: tables.Cell, s: dict) -> str:
+def _cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
     if isinstance(c, tables.Key):
         scale = ' data-scale="100"' if c.pct else ""
         return f'<td data-k="{escape(c.path)}"{scale}>{escape(tables.text(c, s))}</td>'
@@ -92,8 +92,8 @@ def cdf_section(s: Summary, run: Run) -> str:
         xs, ps = figures.cdf_points(samples[m])
         if not xs:
             continue
-        marks = [(s["latency_ms"][m][q], f"{q} {key_span(s, f'latency_ms.{m}.{q}')}", "")
-                 for q in ("p50", "p99") if s["latency_ms"][m][q] is not None]
+        marks = [(v, f"{q} {key_span(s, f'latency_ms.{m}.{q}')}", "")
+                 for q in ("p50", "p99") if (v := s["latency_ms"][m][q]) is not None]
         out.append(cdf_chart(f"CDF of {label}", [Cdf(label, xs, ps, markers=marks)], plot_id=f"cdf-{m}"))
     return "<h2>Latency distributions</h2>" + "".join(out) if out else ""
 

@@ -27,13 +27,16 @@ WIDTH, HEIGHT = 760, 300
 MARGIN = (56, 150, 34, 46)  # left, right (legend), top, bottom in px
 
 
+Value = float | None  # a point's coordinate; None (like nan, inf or a value off a log axis) is a gap: not drawn
+
+
 @dataclass
 class Series:
     label: str
-    xs: list[float]
-    ys: list[float]
+    xs: Sequence[Value]
+    ys: Sequence[Value]
     color: str | None = None
-    band: tuple[list[float], list[float]] | None = None  # (low, high) per x: a confidence band
+    band: tuple[Sequence[Value], Sequence[Value]] | None = None  # (low, high) per x: a confidence band
     dashed: bool = False
     points: bool = False    # a marker at every point (few points: sweep curves)
     title: str | None = None
@@ -67,8 +70,8 @@ def drawable(kind: str, v: float | None) -> bool:
     return v > 0 if kind == "log" else (0 <= v < 1 if kind == "nines" else True)
 
 
-def extent(kind: str, values: list[float], zero: bool = False) -> tuple[float, float]:
-    vs = [v for v in values if drawable(kind, v)]
+def extent(kind: str, values: Sequence[Value], zero: bool = False) -> tuple[float, float]:
+    vs = [v for v in values if v is not None and drawable(kind, v)]
     if not vs:
         return (1.0, 10.0) if kind == "log" else (0.0, 1.0)
     lo, hi = min(vs), max(vs)
@@ -154,12 +157,15 @@ class Canvas:
             p.append(f'<text transform="translate(12,{_f((y0 + y1) / 2)}) rotate(-90)" text-anchor="middle">'
                      f'{escape(self.y_label)}</text>')
 
+    def _drawable(self, xs: Sequence[Value], ys: Sequence[Value]) -> list[tuple[float, float]]:
+        return [(x, y) for x, y in zip(xs, ys)
+                if x is not None and y is not None and drawable(self.x.kind, x) and drawable(self.y.kind, y)]
+
     def line(self, s: Series, color: str) -> None:
-        pts = [(x, y) for x, y in zip(s.xs, s.ys) if drawable(self.x.kind, x) and drawable(self.y.kind, y)]
+        pts = self._drawable(s.xs, s.ys)
         title = f"<title>{escape(s.title or s.label)}</title>"
         if s.band:
-            lo = [(x, y) for x, y in zip(s.xs, s.band[0]) if drawable(self.x.kind, x) and drawable(self.y.kind, y)]
-            hi = [(x, y) for x, y in zip(s.xs, s.band[1]) if drawable(self.x.kind, x) and drawable(self.y.kind, y)]
+            lo, hi = self._drawable(s.xs, s.band[0]), self._drawable(s.xs, s.band[1])
             if lo and hi:
                 ring = " ".join(f"{_f(self.x(x))},{_f(self.y(y))}" for x, y in [*hi, *reversed(lo)])
                 self.parts.append(f'<polygon class="mark band" points="{ring}" fill="{color}" fill-opacity="0.18" '
@@ -220,7 +226,7 @@ def line_chart(title: str, series: list[Series], *, x_kind: str = "lin", y_kind:
     """Several series against one x (time, rate, ...), optional confidence bands; markers: vertical rules
     (x, label html, colour), e.g. a sweep's knee."""
     xs = [x for s in series for x in s.xs]
-    ys = [y for s in series for y in (*s.ys, *(s.band[0] + s.band[1] if s.band else ()))]
+    ys = [y for s in series for y in (*s.ys, *((*s.band[0], *s.band[1]) if s.band else ()))]
     c = frame(title, x_kind, x_range or extent(x_kind, xs), y_kind, extent(y_kind, ys, zero=y_zero),
               x_label=x_label, y_label=y_label, plot_id=plot_id, width=width, height=height)
     for i, s in enumerate(series):

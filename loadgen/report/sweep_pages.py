@@ -23,7 +23,7 @@ VERDICT_COLORS = {"better": "#2ca02c", "worse": "#d62728", "indistinguishable": 
 
 
 def kind_of(d: dict) -> str | None:
-    return {"loadgen-sweep-summary": "sweep", "loadgen-compare": "compare"}.get(d.get("kind"))
+    return {"loadgen-sweep-summary": "sweep", "loadgen-compare": "compare"}.get(d.get("kind", ""))
 
 
 # --- sweep -------------------------------------------------------------------------------------------------
@@ -35,9 +35,9 @@ def sweep_table(d: dict) -> tables.Table:
             ("tok/s", "throughput.output_tokens_per_s"), ("keeps up", "keeps_up")]
     if any(p.get("goodput") for p in d.get("points", [])):
         cols += [("goodput", "goodput.requests_per_s"), ("attainment", "goodput.attainment")]
-    rows = []
+    rows: list[list[tables.Cell]] = []
     for i, p in enumerate(d.get("points", [])):
-        row = []
+        row: list[tables.Cell] = []
         for _, path in cols:
             try:
                 tables.lookup(p, path)
@@ -57,7 +57,8 @@ KNEE_ROWS = (("knee", "knee (req/s)", "rate_per_s"), ("knee", "first saturated (
 
 
 def knee_table(d: dict) -> tables.Table | None:
-    rows = [[label, Key(f"{block}.{k}")] for block, label, k in KNEE_ROWS if k in (d.get(block) or {})]
+    rows: list[list[tables.Cell]] = [[label, Key(f"{block}.{k}")] for block, label, k in KNEE_ROWS
+                                     if k in (d.get(block) or {})]
     return tables.Table("Saturation", ["", "value"], rows) if rows else None
 
 
@@ -141,7 +142,7 @@ def metrics_table(c: dict, i: int) -> tables.Table:
     sweep = c.get("kind") == "sweep"
     blocks = ([(f"comparisons.{i}.points.{j}", p.get("metrics", [])) for j, p in enumerate(c.get("points", []))]
               if sweep else [(f"comparisons.{i}", c.get("metrics", []))])
-    rows = []
+    rows: list[list[tables.Cell]] = []
     for base, metrics in blocks:
         for j, m in enumerate(metrics):
             p = f"{base}.metrics.{j}"
@@ -157,7 +158,7 @@ def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
     # relative changes (fractions) drawn in % on the axis
     rows = [(_label(m), m["rel"] * 100,
              [x * 100 for x in m["rel_ci"]] if m.get("rel_ci") and None not in m["rel_ci"] else None,
-             VERDICT_COLORS.get(m.get("verdict"), "#444"), "") for m in metrics if m.get("rel") is not None]
+             VERDICT_COLORS.get(m.get("verdict", ""), "#444"), "") for m in metrics if m.get("rel") is not None]
     if not rows:
         return ""
     return interval_chart(title, rows, x_label="change of B from A (%), confidence interval", plot_id=plot_id)
@@ -184,10 +185,12 @@ def _overlaid_cdfs(c: dict, i: int) -> str:
 def _sweep_curves(c: dict, i: int) -> str:
     """Per metric of a sweep comparison: A's and B's curves against the rate with their confidence bands."""
     by_metric: dict[tuple[str, str], dict[str, list]] = {}
+    units: dict[tuple[str, str], str] = {}
     for p in c.get("points", []):
         for m in p.get("metrics", []):
-            e = by_metric.setdefault((m.get("metric"), m.get("stat")), {"x": [], "a": [], "b": [], "a_ci": [],
-                                                                         "b_ci": [], "unit": m.get("unit", "")})
+            key = (m.get("metric"), m.get("stat"))
+            e = by_metric.setdefault(key, {"x": [], "a": [], "b": [], "a_ci": [], "b_ci": []})
+            units.setdefault(key, m.get("unit", ""))
             e["x"].append(p["rate_per_s"])
             for k in ("a", "b"):
                 e[k].append(m.get(k))
@@ -200,7 +203,7 @@ def _sweep_curves(c: dict, i: int) -> str:
                          band=([ci[0] for ci in e[k + "_ci"]], [ci[1] for ci in e[k + "_ci"]]))
                   for n, k in enumerate(("a", "b"))]
         out.append(line_chart(f"{stat} {metric} vs rate: A and B with confidence bands", series, x_label="rate (req/s)",
-                              y_label=e["unit"], plot_id=f"compare-{i}-{metric}-{stat}"))
+                              y_label=units[(metric, stat)], plot_id=f"compare-{i}-{metric}-{stat}"))
     return "".join(out)
 
 

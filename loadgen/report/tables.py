@@ -63,7 +63,7 @@ def show(v) -> str:
 
 
 def overview(s: Summary) -> Table:
-    rows = [["requests scheduled", Key("requests.scheduled")], ["ok", Key("requests.ok")],
+    rows: list[list[Cell]] = [["requests scheduled", Key("requests.scheduled")], ["ok", Key("requests.ok")],
             ["failed", Key("requests.failed")], ["dropped", Key("requests.dropped")],
             ["offered rate (req/s)", Key("rate.offered_per_s")], ["achieved rate (req/s)", Key("rate.achieved_per_s")],
             ["throughput (ok req/s)", Key("throughput.requests_per_s")],
@@ -100,7 +100,7 @@ def generator(s: Summary) -> Table | None:
     g = s.get("generator")
     if not g or g.get("send_lag_p99_ms") is None:
         return None
-    rows = [[label, Key(f"generator.{k}")] for label, k in (
+    rows: list[list[Cell]] = [[label, Key(f"generator.{k}")] for label, k in (
         ("send lag p99 (ms)", "send_lag_p99_ms"), ("send lag max (ms)", "send_lag_max_ms"),
         ("overdue sends", "overdue"), ("dispatch-gap CV", "cv_dispatch"), ("dispatch-gap CV of the plan", "cv_plan"))
         if k in g]
@@ -116,8 +116,9 @@ def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     d = s.get("decomposition_ms")
     if not d:
         return None
-    rows = [[("  " + c) if c.startswith("decode_") else c, *(Key(f"decomposition_ms.{k}.{c}")
-                                                             for _, k in DECOMPOSITION_COLUMNS)] for c in components]
+    rows: list[list[Cell]] = [[("  " + c) if c.startswith("decode_") else c,
+                               *(Key(f"decomposition_ms.{k}.{c}") for _, k in DECOMPOSITION_COLUMNS)]
+                              for c in components]
     rows.append(["requests", Key("decomposition_ms.n"), Key("decomposition_ms.p99_e2e.n"),
                  Key("decomposition_ms.p99_ttft.n")])
     rows.append(["threshold", "", Key("decomposition_ms.p99_e2e.threshold_ms"),
@@ -153,7 +154,7 @@ def config_rows(s: Summary) -> Table | None:
             ("requests", "config.requests"), ("duration (ns)", "config.duration_ns"),
             ("warm-up requests", "config.warmup_requests"), ("max concurrency", "config.max_concurrency"),
             ("seed", "config.seed"), ("target", "run.target")]
-    rows = []
+    rows: list[list[Cell]] = []
     for label, path in keys:
         try:
             lookup(s, path)

@@ -47,7 +47,7 @@ from loadgen.analysis.report_summary import build
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.errors import ExitCode
 from loadgen.metrics import OK_ROWS, fitted_rate_per_s
-from loadgen.results.folder import read_run, write_json
+from loadgen.results.folder import Json, read_run, write_json
 
 SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
@@ -109,6 +109,8 @@ def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec:
                 hi = round_rate(r)
         # an explicit list is measured whole; the bracket is the first miss and the good point before it
     else:
+        if spec.start_per_s is None:
+            raise SweepError("a sweep needs rates or a start rate")
         r = spec.start_per_s
         ok = at(r)
         step = spec.factor if ok else 1 / spec.factor
@@ -183,7 +185,7 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
             with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
     run_point = run_point or run_workload
     out = Path(out)
-    manifest = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
+    manifest: Json = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
                 "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),
                 "points": []}
     done: dict[float, dict] = {}

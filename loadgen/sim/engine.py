@@ -28,7 +28,9 @@ whole, and an engine stall (fault) counts whole.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from loadgen.sim.profiles import BLOCK_SIZE, Profile
 
@@ -51,16 +53,20 @@ class EngineConfig:
         return self.kv_capacity_tokens // BLOCK_SIZE
 
 
-class Request:
-    # What the engine needs from a request (EngineGeneration in the server, or a test double).
+class Request(Protocol):
+    # What the engine needs from a request (EngineGeneration in the server, twin/predict's _Req, or a
+    # test double).
     request_id: str
     arrival_ns: int
-    prompt: list  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
     max_tokens: int
     scheduled_ns: int | None
     preemptions: int
     stall_ns: int
     cached_tokens: int
+
+    @property
+    def prompt(self) -> Sequence[Any]:  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
+        ...
 
 
 @dataclass(eq=False)

@@ -8,6 +8,7 @@ token minus the time it was due), and `loadgen_sim_speed` (the --speed factor).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 TTFT_BUCKETS_S = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                   5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
@@ -22,7 +23,8 @@ LATENESS_BUCKETS_S = [1e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 
 
 def build_1_2_5_buckets(max_value: int) -> list[int]:
     # vLLM's buckets for token counts: 1, 2, 5, 10, 20, 50, ... up to max_value
-    out, exp = [], 0
+    out: list[int] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10**exp
@@ -33,7 +35,7 @@ def build_1_2_5_buckets(max_value: int) -> list[int]:
 
 
 class Histogram:
-    def __init__(self, name: str, doc: str, buckets: list[float]):
+    def __init__(self, name: str, doc: str, buckets: Sequence[float]):
         self.name, self.doc, self.buckets = name, doc, buckets
         self.counts = [0] * (len(buckets) + 1)  # last = +Inf only
         self.sum = 0.0

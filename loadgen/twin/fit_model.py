@@ -135,10 +135,10 @@ def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], chunk: in
         rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False)
                         for n, c in chunks(s.prompt_tokens, chunk)))
         y.append(s.ttft_s - r)
-    for s in decode:
-        kv = s.batch * (decode_context(s) + 1)
-        rows.append(_step_row(x, s.batch, s.batch, kv, kv, True))
-        y.append(s.step_s)
+    for d in decode:
+        kv = d.batch * (decode_context(d) + 1)
+        rows.append(_step_row(x, d.batch, d.batch, kv, kv, True))
+        y.append(d.step_s)
     return np.array(rows), np.array(y, dtype=np.float64)
 
 
@@ -198,6 +198,7 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
                 break
             seen.append(branches)
             x = _nnls(a, y, cols)
+        assert x is not None  # the loop's first pass always fits
         c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))), request_overhead=request_overhead_s)
         prof = to_profile(c, lim, name, description)
         res = residuals(prof, prefill, decode)
@@ -215,11 +216,11 @@ def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSampl
         pred = predicted_ttft_s(p, s.prompt_tokens)
         out.append({"kind": "prefill", "prompt_tokens": s.prompt_tokens, "measured_ms": s.ttft_s * 1e3,
                     "predicted_ms": pred * 1e3, "error_rel": (pred - s.ttft_s) / s.ttft_s})
-    for s in decode:
-        pred = predicted_step_s(p, s)
-        out.append({"kind": "decode", "batch": s.batch, "prompt_tokens": s.prompt_tokens,
-                    "measured_ms": s.step_s * 1e3, "predicted_ms": pred * 1e3,
-                    "error_rel": (pred - s.step_s) / s.step_s})
+    for d in decode:
+        pred = predicted_step_s(p, d)
+        out.append({"kind": "decode", "batch": d.batch, "prompt_tokens": d.prompt_tokens,
+                    "measured_ms": d.step_s * 1e3, "predicted_ms": pred * 1e3,
+                    "error_rel": (pred - d.step_s) / d.step_s})
     return out
 
 

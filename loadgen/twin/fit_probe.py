@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import orjson
@@ -63,7 +63,7 @@ class ServerLimits:
 @dataclass
 class _Stream:
     sent_ns: int = 0
-    token_ns: list[int] | None = None
+    token_ns: list[int] = field(default_factory=list)
     completion_tokens: int | None = None
     server_prompt_ms: float | None = None
     first_ns: int | None = None  # the first chunk with a choice (a 1-token reply may be only its closing chunk)
@@ -86,14 +86,19 @@ class Prober:
         return self
 
     async def __aexit__(self, *exc) -> None:
-        await self.session.close()
+        await self._http().close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self.session is None:
+            raise RuntimeError("a Prober makes requests inside `async with` only")
+        return self.session
 
     def left_s(self) -> float:
         return (self.deadline_ns - time.monotonic_ns()) / 1e9
 
     async def _get_json(self, path: str) -> dict | None:
         try:
-            async with self.session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with self._http().get(self.url + path, timeout=aiohttp.ClientTimeout(total=5)) as r:
                 if r.status != 200:
                     return None
                 return orjson.loads(await r.read())
@@ -126,11 +131,11 @@ class Prober:
         left = self.left_s()
         if left <= 0:
             raise ProbeFailed("the probe ran out of its time budget (--budget)")
-        out = _Stream(token_ns=[])
+        out = _Stream()
         parser = SSEParser()
         try:
             out.sent_ns = time.monotonic_ns()
-            async with self.session.post(self.url + "/v1/completions", data=body,
+            async with self._http().post(self.url + "/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"},
                                          timeout=aiohttp.ClientTimeout(total=left)) as r:
                 if r.status != 200:
@@ -162,6 +167,7 @@ class Prober:
 
     async def prefill(self, prompt_tokens: int) -> PrefillSample:
         s = await self._stream(prompt_tokens, 1)
+        assert s.first_ns is not None  # _stream raises for a stream without a token
         server = s.server_prompt_ms / 1e3 if s.server_prompt_ms is not None else None
         return PrefillSample(prompt_tokens, (s.first_ns - s.sent_ns) / 1e9, server)
 
