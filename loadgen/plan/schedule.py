@@ -15,7 +15,6 @@ request adds: the user message (minus the prefix, which is sent as its own part)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,9 +22,8 @@ from loadgen import metrics
 from loadgen.plan import arrivals
 from loadgen.plan import lengths
 from loadgen.config.workload import Lengths, RunConfig
-
-if TYPE_CHECKING:
-    from loadgen.plan.traces import Trace
+from loadgen.plan import datasets, traces
+from loadgen.plan.traces import Trace
 
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
@@ -115,8 +113,6 @@ def build(config: RunConfig, trace=None) -> Schedule:
     """`trace`: an already read traces.Trace for config.trace (read here when None)."""
     s = _build(config, trace)
     if config.dataset is not None:
-        from loadgen.plan import datasets
-
         s = _with_dataset(config, s, datasets.load_sharegpt(config.dataset))
     return s
 
@@ -141,8 +137,6 @@ def _with_dataset(config: RunConfig, s: Schedule, convs) -> Schedule:
 
 
 def _build(config: RunConfig, trace=None) -> Schedule:
-    from loadgen.plan import traces
-
     cache: dict[str, object] = {}
 
     def read_trace(path: str, fmt: str):

@@ -6,6 +6,7 @@ import orjson
 from loadgen.analysis.summary import METRICS, STATS
 from loadgen.metrics import PERCENTILE_RULE
 from loadgen.results.folder import Summary
+from loadgen.report.explain_text import explain_lines
 
 
 def to_json(summary: Summary) -> str:
@@ -45,8 +46,6 @@ def to_text(summary: Summary) -> str:
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
     lines += _load_and_goodput(summary)
     if "decomposition_ms" in summary:  # written by analysis/explain.py
-        from loadgen.report.explain_text import explain_lines
-
         lines += explain_lines(summary)
     pl_ = summary.get("prompt_lengths")
     if pl_ and not pl_["exact"]:

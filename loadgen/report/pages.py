@@ -8,15 +8,14 @@ import orjson
 import polars as pl
 
 from loadgen.results.folder import ResultsError, Run, Summary
+from loadgen.report.html import render_run as render_html
+from loadgen.report.markdown import render_run as render_md
+from loadgen.report.sweep_pages import kind_of, render
 
 
 def render_run_page(fmt: str, summary: Summary, run: Run, decomposition: pl.DataFrame | None) -> str:
     if fmt == "md":
-        from loadgen.report.markdown import render_run as render_md
-
         return render_md(summary)
-    from loadgen.report.html import render_run as render_html
-
     return render_html(summary, run, decomposition, run.server_metrics())
 
 
@@ -27,8 +26,6 @@ def render_sweep_or_compare(path: str, fmt: str) -> str | None:
         p = p / "sweep_summary.json"
     if not (p.is_file() and p.suffix == ".json"):
         return None
-    from loadgen.report.sweep_pages import kind_of, render
-
     try:
         d = orjson.loads(p.read_bytes())
     except orjson.JSONDecodeError as e:

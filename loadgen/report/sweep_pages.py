@@ -16,6 +16,8 @@ from loadgen.report import tables
 from loadgen.report.html import key_span, page, table_html
 from loadgen.report.markdown import table_md
 from loadgen.report.svg import COMPONENT_COLORS, PALETTE, Cdf, Series, cdf_chart, interval_chart, line_chart
+from loadgen.report import figures
+from loadgen.results.folder import ResultsError, read_run
 
 Key = tables.Key
 LAT = ("ttft", "tpot", "itl", "e2e")
@@ -166,8 +168,6 @@ def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
 
 def _overlaid_cdfs(c: dict, i: int) -> str:
     """The two runs' CDFs, overlaid, when their results folders are still readable (not part of the JSON)."""
-    from loadgen.report import figures
-    from loadgen.results.folder import ResultsError, read_run
 
     try:
         runs = [read_run(c["a"]), read_run(c["b"])]

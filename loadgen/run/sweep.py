@@ -48,6 +48,7 @@ from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.errors import ExitCode
 from loadgen.metrics import OK_ROWS, fitted_rate_per_s
 from loadgen.results.folder import Json, read_run, write_json
+from loadgen.run.launch import run_workload
 
 SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
@@ -177,8 +178,6 @@ def _base_record(config: RunConfig) -> dict:
 def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
               opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
               run_point: Callable | None = None) -> SweepOutcome:
-    from loadgen.run.launch import run_workload
-
     check_config(config)
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
         if r is not None:

@@ -29,6 +29,8 @@ from loadgen.sim.engine import Engine, EngineConfig
 from loadgen.sim.profiles import Profile
 from loadgen.analysis.knee import keeps_up
 from loadgen.analysis.knee import knee as sweep_knee
+from loadgen.config.workload import load
+from loadgen.plan.schedule import build
 
 KNEE_STEPS = 10
 LATENCIES = ("ttft", "tpot", "e2e")
@@ -115,9 +117,6 @@ class Plan:
             raise InputError([f"{workload}: conversations (turns that wait for a reply) cannot be predicted"])
 
     def _build(self, rate: float | None):
-        from loadgen.config.workload import load
-        from loadgen.plan.schedule import build
-
         o = dict(self.overrides)
         if rate is not None:
             o["--rate"] = f"{rate:.6g}/s"
