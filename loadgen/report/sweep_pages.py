@@ -232,7 +232,7 @@ def _invalid_md(d: dict) -> list[str]:
         lines.append(f"**INVALID INPUT**: {x.get('side')} `{x.get('run')}`{at} is {x.get('status')}: "
                      + "; ".join(str(r) for r in x.get("invalid_reasons") or []))
     if d.get("rules_not_evaluated"):
-        lines.append("The --fail-if rules were not evaluated (exit 3; --allow-invalid evaluates them).")
+        lines.append("The --fail-if rules were not evaluated (--allow-invalid evaluates them).")
     return [*lines, ""] if lines else []
 
 
