@@ -24,7 +24,8 @@ class ExitCode(IntEnum):
     OK = 0
     ERROR = 1            # not returned on purpose: an uncaught exception (a bug) exits 1
     USAGE = 2            # bad usage or input (InputError, LoadgenError, argparse)
-    INVALID = 3          # run: the run's numbers do not describe the asked workload
+    INVALID = 3          # run: the run's numbers do not describe the asked workload; compare --fail-if:
+                         # an input is such a run, so the rules were not evaluated
     FAIL_IF = 4          # compare: a --fail-if rule held
     INTERRUPTED = 130    # SIGINT/SIGTERM: 128 + SIGINT, also for SIGTERM (the run stops cleanly)
 
@@ -36,7 +37,9 @@ EXIT_MEANINGS = {
     ExitCode.USAGE: "bad usage or input: every problem is listed at once, naming the file and key or the flag",
     ExitCode.INVALID: "`run`: the run is invalid, its numbers do not describe the asked workload (the "
                       "generator fell behind, no request reached the server, or the prompt lengths are not "
-                      "exact): the folder is complete, the reasons are in manifest.json and the report",
+                      "exact): the folder is complete, the reasons are in manifest.json and the report; `compare "
+                      "--fail-if`: an input run is invalid or interrupted, so the rules were not evaluated "
+                      "(`--allow-invalid` evaluates them)",
     ExitCode.FAIL_IF: "`compare`: a `--fail-if` rule held",
     ExitCode.INTERRUPTED: "interrupted (SIGINT/Ctrl-C or SIGTERM): the results folder is still complete and "
                           "readable; a sweep keeps its finished points",

@@ -3,11 +3,14 @@ indistinguishable from A on each metric, with bootstrap 95 % confidence interval
 states the resampling unit and why). docs/sweep-and-compare.md has the JSON schema and the rules.
 
 A is the baseline; every other input is compared with it. Sweeps are compared point by point (rates
-both measured) and as curves (knee, max goodput). `--fail-if` rules (fail_if.py) exit 4.
+both measured) and as curves (knee, max goodput). `--fail-if` rules (fail_if.py) exit 4; an invalid
+or interrupted input is named first in every format, and the rules are not evaluated against it
+(exit 3) unless allow_invalid. Every "indistinguishable" carries its reasons.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
 from loadgen.analysis.fail_if import Rule, evaluate, parse_fail_if
+from loadgen.errors import ExitCode
 from loadgen.results.folder import Manifest, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
@@ -150,7 +154,55 @@ def host_floor_ms(*runs: RunData) -> float:
     return max((loop_lateness_p99_ms(r.manifest) for r in runs), default=0.0)
 
 
-def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effect, floor_ms=0.0) -> dict:
+def noise_floor(a: RunData, b: RunData) -> dict:
+    """host_floor_ms of A and B, and where it comes from: which run's loop-lateness p99 set it (the JSON's
+    `noise_floor`; every verdict in ms names it when it decided the verdict)."""
+    a_ms, b_ms = loop_lateness_p99_ms(a.manifest), loop_lateness_p99_ms(b.manifest)
+    side, run = ("B", b) if b_ms > a_ms else ("A", a)
+    ms = max(a_ms, b_ms)
+    return {"ms": ms, "a_ms": a_ms, "b_ms": b_ms, "run": side if ms > 0 else None,
+            "path": run.path if ms > 0 else None,
+            "source": (f"client loop-lateness p99 of {side} ({run.path})" if ms > 0
+                       else "none (neither run measured its client loop lateness)")}
+
+
+# why a metric is indistinguishable: reasons[] codes (JSON), their short form in the text table
+REASON_SHORT = {"no_value": "no value", "within_noise": "both within noise", "ci_includes_zero": "CI spans zero",
+                "below_min_effect": "< min effect", "below_noise_floor": "< noise floor"}
+
+
+def _why(a_val, b_val, point_rel, rel_ci, resolved: bool, unit: str, min_effect: float, floor_ms: float,
+         floor_source: str) -> tuple[list[str], list[str], bool]:
+    """What keeps a change from being a verdict: (reason codes, their sentences, within_noise). Empty when
+    nothing does. within_noise: a metric in ms whose both sides are below the noise floor, or both zero,
+    has no meaningful relative change (a component of 0.2 ms against -0.65 ms is "-425 %")."""
+    if a_val is None or b_val is None or math.isnan(a_val) or math.isnan(b_val):
+        return ["no_value"], ["a side has no value"], False
+    # both sides inside the floor, and so is their difference (a sign flip across it is a change)
+    inside = unit == "ms" and max(abs(a_val), abs(b_val), abs(b_val - a_val)) < floor_ms
+    if a_val == 0 and b_val == 0 or inside:
+        return (["within_noise"], [f"both sides ({a_val:.4g} ms, {b_val:.4g} ms) are within the noise floor "
+                                   f"{floor_ms:.4g} ms ({floor_source})" if a_val or b_val else "both are 0"], True)
+    codes, texts = [], []
+    if point_rel is None or rel_ci[0] is None:
+        return ["no_value"], ["no relative change (A is 0, or the bootstrap has no interval)"], False
+    if not resolved:
+        codes.append("ci_includes_zero")
+        texts.append(f"the 95 % CI of the change [{rel_ci[0]:+.1%}, {rel_ci[1]:+.1%}] includes 0: the bootstrap "
+                     f"cannot tell the runs apart")
+    if abs(point_rel) < min_effect:
+        codes.append("below_min_effect")
+        texts.append(f"|change| {abs(point_rel):.1%} is below the minimum effect {min_effect:.0%} "
+                     f"(run-to-run noise, --min-effect)")
+    if unit == "ms" and abs(b_val - a_val) < floor_ms:
+        codes.append("below_noise_floor")
+        texts.append(f"|B - A| {abs(b_val - a_val):.4g} ms is below the noise floor {floor_ms:.4g} ms "
+                     f"({floor_source})")
+    return codes, texts, False
+
+
+def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effect, floor_ms=0.0,
+           floor_source: str = "client loop-lateness p99") -> dict:
     diff = b_draws - a_draws
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(a_draws != 0, b_draws / a_draws - 1, np.nan)
@@ -158,16 +210,21 @@ def _entry(metric, stat, unit, better, a_draws, b_draws, a_val, b_val, min_effec
     rel_ci = bs.interval(rel)
     lo, hi = rel_ci  # both None (no draws) or both numbers
     resolved = lo is not None and hi is not None and (lo > 0 or hi < 0)
+    codes, texts, within_noise = _why(a_val, b_val, point_rel, rel_ci, resolved, unit, min_effect,
+                                      floor_ms if unit == "ms" else 0.0, floor_source)
     verdict = "indistinguishable"
-    big = unit != "ms" or (a_val is not None and b_val is not None and abs(b_val - a_val) >= floor_ms)
-    if resolved and point_rel is not None and abs(point_rel) >= min_effect and big:
+    if not codes:
         up_is_good = better == "higher"
-        verdict = "better" if (point_rel > 0) == up_is_good else "worse"
+        # by the sign of B - A, not of the relative change (which flips when A is negative: `other`)
+        verdict = "better" if (b_val > a_val) == up_is_good else "worse"
+    if within_noise:  # a relative change of two values within the noise is not one (not printed, not gated)
+        point_rel, rel_ci = None, [None, None]
     return {"metric": metric, "stat": stat, "unit": unit, "better": better, "a": _num(a_val), "b": _num(b_val),
             "a_ci": bs.interval(a_draws), "b_ci": bs.interval(b_draws),
             "diff": _num(b_val - a_val) if a_val is not None and b_val is not None else None,
             "diff_ci": bs.interval(diff), "rel": _num(point_rel), "rel_ci": rel_ci, "resolved": resolved,
-            "verdict": verdict, **({"floor_ms": floor_ms} if unit == "ms" else {})}
+            "verdict": verdict, "reasons": codes, "why": "; ".join(texts), "within_noise": within_noise,
+            **({"floor_ms": floor_ms} if unit == "ms" else {})}
 
 
 def _num(v):
@@ -179,7 +236,8 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
     rng = np.random.default_rng(seed)
     ia, ib = bs.block_indices(a.n, resamples, rng), bs.block_indices(b.n, resamples, rng)
     ca, cb = (bs.block_indices(x.interval_ns.size, resamples, rng) for x in (a, b))
-    floor_ms = host_floor_ms(a, b)
+    floor = noise_floor(a, b)
+    floor_ms, src = floor["ms"], floor["source"]
     out = []
     for m in LATENCY:
         for stat, p in STATS.items():
@@ -191,7 +249,7 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
             else:
                 da, db = bs.per_request(a.latency[m], p, ia), bs.per_request(b.latency[m], p, ib)
                 va, vb = bs.stat(a.latency[m], p), bs.stat(b.latency[m], p)
-            out.append(_entry(m, stat, "ms", "lower", da, db, va, vb, min_effect, floor_ms))
+            out.append(_entry(m, stat, "ms", "lower", da, db, va, vb, min_effect, floor_ms, src))
     ns = 1e-9
 
     def rate(x: RunData, num: np.ndarray, idx) -> tuple[np.ndarray, float]:
@@ -214,8 +272,33 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
                 va, vb = bs.stat(a.decomposition[c], None), bs.stat(b.decomposition[c], None)
                 out.append(_entry(f"decomposition.{c}", "mean", "ms", "lower",
                                   bs.per_request(a.decomposition[c], None, ia),
-                                  bs.per_request(b.decomposition[c], None, ib), va, vb, min_effect, floor_ms))
+                                  bs.per_request(b.decomposition[c], None, ib), va, vb, min_effect, floor_ms, src))
     return out
+
+
+def invalid_input(side: str, path: str, manifest: Manifest | dict[str, Any],
+                  rate_per_s: float | None = None) -> dict | None:
+    """None for a run that completed (manifest status `complete`, the summary's `valid`); else what the
+    comparison says about it: which side, the folder, its status and why (manifest invalid_reasons, and
+    the status itself when it is not `invalid`: an interrupted run, or one that never finished writing)."""
+    status = manifest.get("status")
+    if status == "complete":
+        return None
+    reasons = [str(r) for r in manifest.get("invalid_reasons") or []]
+    if status != "invalid" or not reasons:
+        reasons.append(f"run status is {status!r}")
+    return {"side": side, "run": path, "status": status, "invalid_reasons": reasons,
+            **({"rate_per_s": rate_per_s} if rate_per_s is not None else {})}
+
+
+def _sweep_invalid(side: str, path: str, summary: dict) -> dict | None:
+    # an interrupted sweep: its finished points stand, its knee and search do not describe the whole curve
+    status = (summary.get("sweep") or {}).get("status")
+    if status in (None, "complete"):
+        return None
+    return {"side": side, "run": path, "status": status,
+            "invalid_reasons": [f"sweep status is {status!r}: its knee and max goodput are of the points it "
+                                f"finished"]}
 
 
 def kind_of(path: str) -> str:
@@ -236,19 +319,25 @@ def _sweep_points(path: str) -> tuple[dict, dict[float, str]]:
     return summary, {pt["rate_per_s"]: str(p / pt["dir"]) for pt in summary["points"]}
 
 
-def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed: int, min_effect: float) -> dict:
+def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed: int, min_effect: float,
+                 allow_invalid: bool = False) -> dict:
     ka, kb = kind_of(a), kind_of(b)
     if ka != kb:
         raise CompareError(f"cannot compare a {ka} ({a}) with a {kb} ({b})")
     out: dict = {"a": a, "b": b, "kind": ka}
+    invalid: list[dict | None] = []
     if ka == "run":
         ra, rb = load_run(a, slo_ms), load_run(b, slo_ms)
+        invalid += [invalid_input("A", a, ra.manifest), invalid_input("B", b, rb.manifest)]
         diffs = same_work(ra.work, rb.work)
+        floor = noise_floor(ra, rb)
+        out["noise_floor"] = floor
         out["metrics"] = compare_runs(ra, rb, resamples, seed, min_effect)
         checked = [out["metrics"]]
     else:
         sa, pa = _sweep_points(a)
         sb, pb = _sweep_points(b)
+        invalid += [_sweep_invalid("A", a, sa), _sweep_invalid("B", b, sb)]
         common = sorted(set(pa) & set(pb))
         diffs = []
         if set(pa) != set(pb):
@@ -256,37 +345,71 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
         out["points"] = []
         for r in common:
             ra, rb = load_run(pa[r], slo_ms), load_run(pb[r], slo_ms)
+            invalid += [invalid_input("A", pa[r], ra.manifest, r), invalid_input("B", pb[r], rb.manifest, r)]
             for d in same_work(ra.work, rb.work):
                 if d not in diffs and d["field"] not in ("rate", "requests"):
                     diffs.append(d)
-            out["points"].append({"rate_per_s": r, "metrics": compare_runs(ra, rb, resamples, seed, min_effect)})
+            out["points"].append({"rate_per_s": r, "noise_floor": noise_floor(ra, rb),
+                                  "metrics": compare_runs(ra, rb, resamples, seed, min_effect)})
         out["curves"] = {"knee_per_s": {"a": sa["knee"]["rate_per_s"], "b": sb["knee"]["rate_per_s"]},
                          "max_goodput_per_s": {"a": (sa.get("max_goodput") or {}).get("rate_per_s"),
                                                "b": (sb.get("max_goodput") or {}).get("rate_per_s")}}
         checked = [p["metrics"] for p in out["points"]]
+    out["invalid"] = [x for x in invalid if x is not None]
     out["same_work"] = {"same": not diffs, "differences": diffs}
-    out["fail_if"] = []
-    for rule in rules:
-        hits = [h for h in (evaluate(rule, ms) for ms in checked) if h is not None]
-        held = [h for h in hits if h["held"]]
-        out["fail_if"].append({"rule": rule.text, "held": bool(held),
-                               "value": (held or hits or [{"value": None}])[0]["value"]})
+    out["fail_if"] = [_gate(rule, checked, out["invalid"], allow_invalid) for rule in rules]
     return out
 
 
+def _gate(rule: Rule, checked: list[list[dict]], invalid: list[dict], allow_invalid: bool) -> dict:
+    """One --fail-if rule over a comparison. Against an invalid side it is not evaluated (held None): its
+    numbers do not describe the asked work, so neither "held" nor "not held" would be a finding."""
+    if invalid and not allow_invalid:
+        return {"rule": rule.text, "held": None, "value": None,
+                "not_evaluated": "an input is invalid: " + ", ".join(f"{x['side']} {x['run']}" for x in invalid)}
+    hits = [h for h in (evaluate(rule, ms) for ms in checked) if h is not None]
+    held = [h for h in hits if h["held"]]
+    return {"rule": rule.text, "held": bool(held), "value": (held or hits or [{"value": None}])[0]["value"]}
+
+
 def compare(inputs: list[str], slo_ms=None, fail_if: Sequence[str] = (), resamples: int = bs.RESAMPLES,
-            seed: int = 0, min_effect: float = MIN_EFFECT) -> dict:
+            seed: int = 0, min_effect: float = MIN_EFFECT, allow_invalid: bool = False) -> dict:
     if len(inputs) < 2:
         raise CompareError("compare needs at least two results or sweep folders")
     rules = [parse_fail_if(t) for t in fail_if]
-    comps = [compare_pair(inputs[0], b, slo_ms, rules, resamples, seed, min_effect) for b in inputs[1:]]
+    comps = [compare_pair(inputs[0], b, slo_ms, rules, resamples, seed, min_effect, allow_invalid)
+             for b in inputs[1:]]
     failed = [f"{c['b']}: {r['rule']} ({_change(r['value'], r['rule'])})" for c in comps for r in c["fail_if"]
               if r["held"]]
-    return {"kind": "loadgen-compare", "schema_version": SCHEMA_VERSION,
+    invalid: list[dict] = []
+    for c in comps:  # A is in every comparison: named once
+        invalid += [x for x in c["invalid"] if x not in invalid]
+    # invalid_inputs comes first: the first thing a reader of the JSON sees
+    return {"invalid_inputs": invalid, "kind": "loadgen-compare", "schema_version": SCHEMA_VERSION,
             "method": {"resampling": bs.__doc__.split("\n\n")[1].replace("\n", " "), "resamples": resamples,
                        "seed": seed, "confidence": bs.CONFIDENCE, "min_effect": min_effect,
-                       "percentiles": "nearest rank"},
-            "baseline": inputs[0], "comparisons": comps, "failed_rules": failed}
+                       "percentiles": "nearest rank", "allow_invalid": allow_invalid},
+            "baseline": inputs[0], "comparisons": comps, "failed_rules": failed,
+            "rules_not_evaluated": bool(rules) and bool(invalid) and not allow_invalid}
+
+
+def exit_code(result: dict) -> ExitCode:
+    """compare's exit status: INVALID (3) when --fail-if rules were not evaluated because an input is invalid
+    (the gate could not decide: not "passed", and not a usage error either: the command was right, an input
+    run is not), FAIL_IF (4) when a rule held, else OK."""
+    if result["rules_not_evaluated"]:
+        return ExitCode.INVALID
+    return ExitCode.FAIL_IF if result["failed_rules"] else ExitCode.OK
+
+
+def invalid_lines(result: dict) -> list[str]:
+    """One line per invalid input, for the first lines of the text (and the pages' banner)."""
+    lines = []
+    for x in result.get("invalid_inputs") or []:
+        at = f" (point {x['rate_per_s']:g}/s)" if x.get("rate_per_s") is not None else ""
+        lines.append(f"INVALID INPUT: {x['side']} {x['run']}{at} is {x['status']}: "
+                     + "; ".join(x["invalid_reasons"]))
+    return lines
 
 
 def _change(v, rule_text: str) -> str:
@@ -296,13 +419,16 @@ def _change(v, rule_text: str) -> str:
 
 
 def to_text(result: dict) -> str:
-    lines = [f"baseline (A): {result['baseline']}"]
+    lines = invalid_lines(result)   # first: a reader who sees one line sees this
+    if result["rules_not_evaluated"]:
+        lines.append("--fail-if NOT EVALUATED against an invalid input (exit 3); --allow-invalid evaluates it anyway")
+    lines.append(f"baseline (A): {result['baseline']}")
     for c in result["comparisons"]:
         lines += ["", f"B: {c['b']}  ({c['kind']})"]
         for d in c["same_work"]["differences"]:
             lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}")
         if c["kind"] == "run":
-            lines += _table(c["metrics"])
+            lines += [_floor_line(c["noise_floor"])] + _table(c["metrics"])
         else:
             cv = c["curves"]
             lines.append(f"knee        A {_show(cv['knee_per_s']['a'])}/s  B {_show(cv['knee_per_s']['b'])}/s")
@@ -310,16 +436,23 @@ def to_text(result: dict) -> str:
                          f"B {_show(cv['max_goodput_per_s']['b'])}/s")
             for p in c["points"]:
                 keep = [m for m in p["metrics"] if (m["metric"], m["stat"]) in SWEEP_ROWS]
-                lines += ["", f"at {p['rate_per_s']:g}/s"] + _table(keep)
+                lines += ["", f"at {p['rate_per_s']:g}/s"] + [_floor_line(p["noise_floor"])] + _table(keep)
         for r in c["fail_if"]:
-            lines.append(f"fail-if {r['rule']!r}: {'HELD' if r['held'] else 'not held'} "
-                         f"({_change(r['value'], r['rule'])})")
+            state = "not evaluated" if r["held"] is None else "HELD" if r["held"] else "not held"
+            lines.append(f"fail-if {r['rule']!r}: {state} ({r.get('not_evaluated') or _change(r['value'], r['rule'])})")
     lines += ["", "CI: 95 % moving-block bootstrap over requests (ITL: all of a request's tokens together); "
-                  f"verdict needs the CI of the change to exclude 0 and |change| >= "
-                  f"{result['method']['min_effect']:.0%} and, in ms, >= the runs' client loop-lateness p99"]
+                  f"verdict needs the CI of the change to exclude 0 (else 'CI spans zero') and |change| >= "
+                  f"{result['method']['min_effect']:.0%} (else '< min effect') and, in ms, >= the noise floor "
+                  "(else '< noise floor'); 'both within noise': A and B are both below the floor, no relative "
+                  "change is given (the JSON's `why` says each in full)"]
     if result["failed_rules"]:
         lines += [f"FAILED: {f}" for f in result["failed_rules"]]
     return "\n".join(lines) + "\n"
+
+
+def _floor_line(floor: dict) -> str:
+    return (f"noise floor {floor['ms']:.4g} ms: {floor['source']} (loop-lateness p99: A {floor['a_ms']:.4g} ms, "
+            f"B {floor['b_ms']:.4g} ms)")
 
 
 SWEEP_ROWS = {("ttft", "p50"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p99"), ("e2e", "p99"),
@@ -332,8 +465,9 @@ def _table(metrics: list[dict]) -> list[str]:
         ci = m["rel_ci"]
         ci_s = "-" if ci[0] is None else f"[{ci[0]:+.1%}, {ci[1]:+.1%}]"
         rel = "-" if m["rel"] is None else f"{m['rel']:+.1%}"
+        why = ", ".join(REASON_SHORT[r] for r in m.get("reasons") or [])
         rows.append(f"{m['metric']:<28}{m['stat']:<6}{_fmt(m['a']):>10}{_fmt(m['b']):>10}{rel:>9}  {ci_s:<20}"
-                    f"{m['verdict']}")
+                    f"{m['verdict']}{f' ({why})' if why else ''}")
     return rows
 
 

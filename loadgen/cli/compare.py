@@ -14,6 +14,7 @@ examples:
   loadgen compare results/vllm results/sglang
   loadgen compare results/base results/new --fail-if "p99 ttft > +10%" --fail-if "throughput < -5%"
   loadgen compare results/sweep-a results/sweep-b --format json
+  loadgen compare results/base results/interrupted --fail-if "p99 ttft > +10%" --allow-invalid
 """
 
 
@@ -26,7 +27,12 @@ def add_parser(sub) -> None:
     cmp.add_argument("--out", help="write the comparison to this file instead of stdout")
     cmp.add_argument("--fail-if", action="append", default=[], metavar="RULE",
                      help=f"e.g. 'p99 ttft > +10%%' or 'throughput < -5%%' or 'p50 itl > +2ms'; exit "
-                          f"{ExitCode.FAIL_IF.value} when a rule holds (repeatable)")
+                          f"{ExitCode.FAIL_IF.value} when a rule holds, {ExitCode.INVALID.value} when an input is "
+                          f"invalid (the rules are not evaluated; see --allow-invalid) (repeatable)")
+    cmp.add_argument("--allow-invalid", action="store_true",
+                     help=f"evaluate --fail-if rules even when an input run is invalid or interrupted (by "
+                          f"default they are not, and compare exits {ExitCode.INVALID.value}); the input is "
+                          f"still named as invalid first in every format")
     cmp.add_argument("--slo", help=SLO_HELP)
     cmp.add_argument("--resamples", default="1000", help="bootstrap resamples (default 1000)")
     cmp.add_argument("--seed", default="0", help="bootstrap seed (default 0)")
@@ -48,7 +54,7 @@ def compare_cli(args, slo_ms) -> int:
     # lazy: the bootstrap and the results reader pull in polars, numpy (a fast start)
     import orjson
 
-    from loadgen.analysis.compare import CompareError, compare, to_text
+    from loadgen.analysis.compare import CompareError, compare, exit_code, invalid_lines, to_text
     from loadgen.analysis.fail_if import FailIfError
     from loadgen.cli.sweep_args import ArgError, fraction
     from loadgen.results.folder import ResultsError
@@ -62,7 +68,7 @@ def compare_cli(args, slo_ms) -> int:
         raise CompareError(f"--resamples: must be >= 100, got {args.resamples!r}")
     try:
         result = compare(args.inputs, slo_ms, args.fail_if, resamples, seed,
-                         fraction("--min-effect", args.min_effect, 0.0, 1.0))
+                         fraction("--min-effect", args.min_effect, 0.0, 1.0), args.allow_invalid)
     except (FailIfError, ArgError, ResultsError) as e:
         raise CompareError(str(e)) from None
     text = (orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
@@ -75,4 +81,10 @@ def compare_cli(args, slo_ms) -> int:
         for d in c["same_work"]["differences"]:
             print(f"WARNING: {c['b']} did not offer the same work as {result['baseline']}: {d['field']} differs",
                   file=sys.stderr)
-    return ExitCode.FAIL_IF if result["failed_rules"] else ExitCode.OK
+    for line in invalid_lines(result):
+        print(f"WARNING: {line}", file=sys.stderr)
+    code = exit_code(result)
+    if code == ExitCode.INVALID:
+        print(f"error: --fail-if not evaluated: an input is invalid (above); pass --allow-invalid to evaluate "
+              f"the rules anyway (exit {code.value})", file=sys.stderr)
+    return code

@@ -12,6 +12,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
+from loadgen.analysis.compare import REASON_SHORT
 from loadgen.report import tables
 from loadgen.report.html import key_span, page, table_html
 from loadgen.report.markdown import table_md
@@ -151,9 +152,9 @@ def metrics_table(c: dict, i: int) -> tables.Table:
             rows.append([*([Key(f"{base}.rate_per_s")] if sweep else []),
                          f"{_label(m)} ({m.get('unit', '')})", Key(f"{p}.a"), Key(f"{p}.a_ci"),
                          Key(f"{p}.b"), Key(f"{p}.b_ci"), Key(f"{p}.rel", pct=True), Key(f"{p}.rel_ci", pct=True),
-                         Key(f"{p}.verdict")])
+                         Key(f"{p}.verdict"), ", ".join(REASON_SHORT.get(r, r) for r in m.get("reasons") or [])])
     return tables.Table("Metrics", [*(["rate (req/s)"] if sweep else []), "metric", "A", "A CI", "B", "B CI",
-                                    "change", "change CI", "verdict"], rows)
+                                    "change", "change CI", "verdict", "why"], rows)
 
 
 def _forest(metrics: list[dict], title: str, plot_id: str) -> str:
@@ -207,8 +208,39 @@ def _sweep_curves(c: dict, i: int) -> str:
     return "".join(out)
 
 
+def _invalid_html(d: dict) -> str:
+    """The banner at the top of the page: each invalid or interrupted input, with its reasons."""
+    bad = d.get("invalid_inputs") or []
+    if not bad:
+        return ""
+    items = []
+    for j, x in enumerate(bad):
+        at = (f' (point <span data-k="invalid_inputs.{j}.rate_per_s">{escape(tables.show(x["rate_per_s"]))}</span>'
+              "/s)" if x.get("rate_per_s") is not None else "")
+        reasons = "; ".join(f'<span data-s="invalid_inputs.{j}.invalid_reasons.{k}">{escape(str(r))}</span>'
+                            for k, r in enumerate(x.get("invalid_reasons") or []))
+        items.append(f'<li>{escape(str(x.get("side")))} <span data-s="invalid_inputs.{j}.run">'
+                     f'{escape(str(x.get("run")))}</span>{at} is <span data-s="invalid_inputs.{j}.status">'
+                     f'{escape(str(x.get("status")))}</span>: {reasons}</li>')
+    gate = ("<p>The --fail-if rules were not evaluated (--allow-invalid evaluates them).</p>"
+            if d.get("rules_not_evaluated") else "")
+    return f'<div class="verdict invalid">INVALID INPUT: its numbers do not describe the asked work.<ul>' \
+           f'{"".join(items)}</ul>{gate}</div>'
+
+
+def _invalid_md(d: dict) -> list[str]:
+    lines = []
+    for x in d.get("invalid_inputs") or []:
+        at = f" (point {tables.show(x['rate_per_s'])}/s)" if x.get("rate_per_s") is not None else ""
+        lines.append(f"**INVALID INPUT**: {x.get('side')} `{x.get('run')}`{at} is {x.get('status')}: "
+                     + "; ".join(str(r) for r in x.get("invalid_reasons") or []))
+    if d.get("rules_not_evaluated"):
+        lines.append("The --fail-if rules were not evaluated (--allow-invalid evaluates them).")
+    return [*lines, ""] if lines else []
+
+
 def compare_html(d: dict, *, read_runs: bool = True) -> str:
-    body = [f"<h1>loadgen compare: baseline {escape(str(d.get('baseline')))}</h1>"]
+    body = [_invalid_html(d), f"<h1>loadgen compare: baseline {escape(str(d.get('baseline')))}</h1>"]
     method = d.get("method") or {}
     body.append(f'<p class="note"><span data-s="method.resampling">{escape(str(method.get("resampling", "")))}'
                 '</span> · '
@@ -227,6 +259,11 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
             body.append('<p class="verdict invalid">Not the same work: ' + ", ".join(
                 f'<span data-s="comparisons.{i}.same_work.differences.{j}.field">{escape(str(x.get("field")))}'
                 "</span>" for j, x in enumerate(diffs)) + "</p>")
+        floor = c.get("noise_floor") or {}
+        if floor:
+            body.append(f'<p class="note">noise floor <span data-k="comparisons.{i}.noise_floor.ms">'
+                        f'{escape(tables.show(floor.get("ms")))}</span> ms: <span data-s="comparisons.{i}.'
+                        f'noise_floor.source">{escape(str(floor.get("source")))}</span></p>')
         if c.get("kind") == "sweep":
             body.append(_sweep_curves(c, i))
         else:
@@ -236,14 +273,15 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
         body.append(table_html(metrics_table(c, i), d))
         rules = c.get("fail_if") or []
         if rules:
+            state = {None: "not evaluated", True: "HELD", False: "not held"}
             body.append("<ul>" + "".join(f'<li><span data-s="comparisons.{i}.fail_if.{j}.rule">{escape(r["rule"])}'
-                                         f'</span>: {"HELD" if r.get("held") else "not held"}</li>'
+                                         f'</span>: {state[r.get("held")]}</li>'
                                          for j, r in enumerate(rules)) + "</ul>")
     return page(f"loadgen compare: {d.get('baseline')}", body)
 
 
 def compare_md(d: dict) -> str:
-    lines = [f"### loadgen compare: baseline `{d.get('baseline')}`", ""]
+    lines = _invalid_md(d) + [f"### loadgen compare: baseline `{d.get('baseline')}`", ""]
     lines += [f"- **FAILED** {r}" for r in d.get("failed_rules") or []]
     for i, c in enumerate(d.get("comparisons", [])):
         lines += ["", f"**B `{c.get('b')}` vs A `{c.get('a')}`**", ""]

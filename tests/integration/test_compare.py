@@ -1,12 +1,14 @@
 """`loadgen compare` end to end on simulator runs: the token-budget trade-off between TTFT
 and ITL with non-overlapping confidence intervals, --fail-if exit codes, a rerun that is
-indistinguishable from its run, the same-work check, and sweeps compared point by point."""
+indistinguishable from its run (each metric saying why), the same-work check, an invalid run named
+first and not gated, and sweeps compared point by point (an invalid point named too)."""
 import textwrap
 from pathlib import Path
 
 import orjson
 import pytest
 
+from loadgen.analysis.compare import REASON_SHORT as REASONS
 from loadgen.sim import profiles as sim_profiles
 from tests.integration.conftest import loadgen, skip_if_host_stalled, workload
 
@@ -121,6 +123,10 @@ def test_a_rerun_is_indistinguishable_from_its_run_on_every_metric(budget_runs):
                                                            for m in c["metrics"] if m["verdict"] != "indistinguishable"]
     assert rc == 0 and r["failed_rules"] == []
     assert "moving-block" in r["method"]["resampling"] and r["method"]["resamples"] == 1000
+    # each says why it is indistinguishable, by codes and in a sentence
+    for m in c["metrics"]:
+        assert m["reasons"] and set(m["reasons"]) <= set(REASONS) and m["why"], m
+        assert (m["rel"] is None) == m["within_noise"] or m["a"] == 0, m
 
 
 def test_runs_that_offered_different_work_are_named_loudly(fixed_sim, tmp_path):
@@ -136,6 +142,42 @@ def test_runs_that_offered_different_work_are_named_loudly(fixed_sim, tmp_path):
     fields = [line for line in p.stdout.splitlines() if line.startswith("WARNING: NOT THE SAME WORK")]
     assert any("max_tokens differs" in f for f in fields) and any("rate differs" in f for f in fields), p.stdout
     assert "max_tokens differs" in p.stderr
+
+
+# a limit no asyncio loop can keep (a dispatch is never 1 µs on time at p99): the run is invalid for real
+IMPOSSIBLE_LAG = ["--max-send-lag-p99", "1us"]
+
+
+def test_an_invalid_run_is_named_first_and_not_gated(fixed_sim, tmp_path):
+    runs = []
+    for name, extra, code in (("a", [], 0), ("b", IMPOSSIBLE_LAG, 3)):
+        out = tmp_path / name
+        p = loadgen("run", workload(tmp_path, requests=20, max_tokens=8), *extra, "--url", fixed_sim.url,
+                    "--out", str(out), "--no-calibrate", "--quiet")
+        assert p.returncode == code, p.stderr
+        runs.append(str(out))
+    manifest = orjson.loads((Path(runs[1]) / "manifest.json").read_bytes())
+    assert manifest["status"] == "invalid" and "send_lag p99" in manifest["invalid_reasons"][0]   # the premise
+    p = loadgen("compare", *runs)
+    assert p.returncode == 0   # no rule: the warning is the finding
+    assert p.stdout.splitlines()[0] == f"INVALID INPUT: B {runs[1]} is invalid: {manifest['invalid_reasons'][0]}"
+    # JSON: the first key; the page: above its title
+    p = loadgen("compare", *runs, "--format", "json", "--out", str(tmp_path / "c.json"))
+    assert p.returncode == 0, p.stderr
+    raw = (tmp_path / "c.json").read_text()
+    assert raw.splitlines()[1].strip().startswith('"invalid_inputs"')
+    r = orjson.loads(raw)
+    assert [(x["side"], x["run"], x["status"]) for x in r["invalid_inputs"]] == [("B", runs[1], "invalid")]
+    assert loadgen("report", str(tmp_path / "c.json"), "--format", "html", "--out", str(tmp_path / "c.html")
+                   ).returncode == 0
+    html = (tmp_path / "c.html").read_text()
+    assert "INVALID INPUT" in html and html.index("INVALID INPUT") < html.index("<h1>")
+    # --fail-if is not evaluated against it: exit 3, whichever side is invalid
+    for order in (runs, runs[::-1]):
+        p = loadgen("compare", *order, "--fail-if", "p99 ttft > +1000%")
+        assert p.returncode == 3 and "--allow-invalid" in p.stderr and "not evaluated" in p.stdout, p.stderr
+    p = loadgen("compare", *runs, "--fail-if", "p99 ttft > +1000%", "--allow-invalid")
+    assert p.returncode == 0 and p.stdout.startswith("INVALID INPUT: B"), p.stderr
 
 
 def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
@@ -154,9 +196,20 @@ def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
     knees = [orjson.loads((Path(s) / "sweep_summary.json").read_bytes())["knee"]["rate_per_s"] for s in sweeps]
     assert c["curves"]["knee_per_s"] == {"a": knees[0], "b": knees[1]}
     assert metric(c["points"][0], "ttft", "p50")["verdict"] == "indistinguishable"
+    assert r["invalid_inputs"] == []
     # a sweep is not a run
     p = loadgen("compare", sweeps[0], str(tmp_path / "s1" / "rate-10"))
     assert p.returncode == 2 and "cannot compare a sweep" in p.stderr
+    # a sweep whose point is invalid: named with its rate, and --fail-if is not evaluated against it
+    bad = tmp_path / "s3"
+    p = loadgen("sweep", workload(tmp_path, requests=40, max_tokens=8), "--rates", "10/s", *IMPOSSIBLE_LAG,
+                "--url", fixed_sim.url, "--out", str(bad), "--no-calibrate", "--quiet")
+    point = orjson.loads((bad / "sweep_summary.json").read_bytes())["points"][0]
+    assert point["status"] == "invalid", (p.returncode, p.stderr)   # the premise
+    p = loadgen("compare", sweeps[0], str(bad), "--fail-if", "p99 ttft > +1000%")
+    assert p.returncode == 3, p.stderr
+    assert p.stdout.splitlines()[0].startswith(f"INVALID INPUT: B {bad / point['dir']} (point 10/s) is invalid: "
+                                               "send_lag p99"), p.stdout
 
 
 @pytest.mark.parametrize("args, message", [
