@@ -118,28 +118,24 @@ def _check_flag(v: Any) -> str | None:
     return None if isinstance(v, bool) else f"must be true or false, got {v!r}"
 
 
-def _parse_flag(v: Any) -> bool:
-    problem = _check_flag(v)
-    if problem:
-        raise ValueError(problem)
-    return v
+def _checked(check: Callable[[Any], str | None]) -> Callable[[Any], Any]:
+    # The parser of a kind whose value is taken as written: the value itself, once its check passes.
+    def parse(v: Any) -> Any:
+        problem = check(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+    return parse
 
 
-FLAG = Kind("true | false", "", _parse_flag, _check_flag)
+FLAG = Kind("true | false", "", _checked(_check_flag), _check_flag)
 
 
 def _check_text(v: Any) -> str | None:
     return None if isinstance(v, str) and v else f"must be a non-empty string, got {v!r}"
 
 
-def _parse_text(v: Any) -> str:
-    problem = _check_text(v)
-    if problem:
-        raise ValueError(problem)
-    return v
-
-
-TEXT = Kind("text", "", _parse_text, _check_text)
+TEXT = Kind("text", "", _checked(_check_text), _check_text)
 
 
 def _any(v: Any) -> str | None:
