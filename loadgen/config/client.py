@@ -1,6 +1,7 @@
 """How loadgen talks to the target, beside the workload: extra headers, TLS verification, --overwrite.
 
-Headers sent with every request to the target (run, calibration probes, /metrics scrapes), in this
+Headers sent with every request to the target (the model list, the kind probe, /tokenize, calibration
+probes, the run, /metrics scrapes; in every process of the run), in this
 order, a later one replacing an earlier one of the same name: `--header 'K: V'` (repeatable),
 `Authorization: Bearer <key>` from the workload's `request.api_key_env`, and `Authorization: Basic` from
 credentials in the URL. The manifest's `client` section records the header names with secret-looking
@@ -8,6 +9,8 @@ values redacted (credentials.secret_header), and the TLS choice.
 
 TLS (https:// targets and /metrics scrapes over https): verification is on by default; `--ca-bundle
 FILE` verifies against that CA file; `--insecure` turns verification off (recorded in the manifest).
+ssl_context() is the one choice every client takes: aiohttp's ssl= directly, and the short probes before
+the run through probe/probe_http.tls_context().
 """
 from __future__ import annotations
 

@@ -7,33 +7,28 @@ from __future__ import annotations
 
 import json
 import ssl
-import urllib.error
-import urllib.request
 
 from loadgen.config.workload import ConfigError
 from loadgen.config.credentials import redact_url
+from loadgen.probe.probe_http import Probe, ProbeError
 
 DISCOVER_TIMEOUT_S = 5.0
 
 
 def discover_model(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,
                    timeout_s: float = DISCOVER_TIMEOUT_S) -> str:
+    """tls: the run's choice (ClientOptions.ssl_context; probe_http.py turns it into the context)."""
     where = redact_url(url.rstrip("/").removesuffix("/v1")) + "/v1/models"
-    context = None
-    if url.startswith("https://"):
-        context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
-        if tls is False:
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-    req = urllib.request.Request(url.rstrip("/").removesuffix("/v1") + "/v1/models", headers=headers)
+    probe = Probe(url, timeout_s, headers, tls)  # a certificate that does not verify: ConfigError
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
-            body = resp.read(1 << 20)
-    except urllib.error.HTTPError as e:
-        raise ConfigError([f"model: not given, and {where} answered HTTP {e.code}: pass --model"]) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        why = getattr(e, "reason", None) or e
-        raise ConfigError([f"model: not given, and {where} did not answer within {timeout_s:g}s ({why}): "
+        status, _, body = probe.get("/v1/models")
+    except ProbeError as e:
+        raise ConfigError([f"model: not given, and {where} did not answer within {timeout_s:g}s ({e}): "
                            f"pass --model"]) from None
+    finally:
+        probe.close()
+    if status != 200:
+        raise ConfigError([f"model: not given, and {where} answered HTTP {status}: pass --model"])
     try:
         data = json.loads(body)
         ids = [m["id"] for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]

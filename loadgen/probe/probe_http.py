@@ -4,13 +4,23 @@ One kept-alive connection; every request has a TOTAL deadline (connect + send + 
 a per-read timeout, so a server that accepts and never answers, or trickles bytes forever, costs at most
 `timeout_s`: a timer shuts the socket down at the deadline and the blocked read fails. Never used while
 a run is going.
+
+TLS: every probe takes the run's TLS choice in aiohttp's form (`tls`: config/client.py
+ClientOptions.ssl_context(): True verifies against the system's CAs, a context against --ca-bundle,
+False does not verify with --insecure) and turns it into the one context http.client needs
+(`tls_context`), so the kind probe, the model list, /tokenize and the run's own transport and scrape
+verify the server the same way. A certificate that does not verify is an input error (ConfigError,
+exit 2) naming the URL, the reason and the two flags: no probe, and no run, can succeed without it.
 """
 from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 import threading
 from urllib.parse import urlsplit
+
+from loadgen.errors import ConfigError
 
 
 class ProbeError(Exception):
@@ -22,22 +32,46 @@ class ProbeError(Exception):
         self.unreachable = unreachable
 
 
+def tls_context(tls: ssl.SSLContext | bool = True) -> ssl.SSLContext:
+    """aiohttp's `ssl=` value (ClientOptions.ssl_context) as an SSLContext for http.client: the same choice."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    context = ssl.create_default_context()
+    if tls is False:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
+def untrusted(base: str, error: ssl.SSLCertVerificationError, tls: ssl.SSLContext | bool) -> ConfigError:
+    """The input error for a server certificate that does not verify (the flags that decide it named)."""
+    why = error.verify_message or error.reason or str(error)
+    against = "the --ca-bundle given" if isinstance(tls, ssl.SSLContext) else "the system's CA certificates"
+    return ConfigError([f"--url {base}: the server's TLS certificate does not verify against {against} "
+                        f"({why}): pass --ca-bundle FILE with the CA that signed it, or --insecure to "
+                        f"skip verification"])
+
+
 class Probe:
-    def __init__(self, base_url: str, timeout_s: float, headers: dict[str, str] | None = None):
+    def __init__(self, base_url: str, timeout_s: float, headers: dict[str, str] | None = None,
+                 tls: ssl.SSLContext | bool = True):
         u = urlsplit(base_url.rstrip("/").removesuffix("/v1"))
         self.host, self.port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
         self.https, self.timeout_s = u.scheme == "https", timeout_s
         self.base = f"{u.scheme}://{self.host}:{self.port}"   # never the URL's credentials
         self.headers = dict(headers or {})
+        self.tls = tls
+        self._context = tls_context(tls) if self.https else None
         self._conn: http.client.HTTPConnection | None = None
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers with lower-case names, body); raises ProbeError."""
+        """(status, headers with lower-case names, body); raises ProbeError, or ConfigError when the
+        server's certificate does not verify."""
         headers = {**self.headers, **({"Content-Type": "application/json"} if body is not None else {})}
         for attempt in (0, 1):  # one reconnect if the kept-alive connection was closed by the server
             if self._conn is None:
-                cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-                self._conn = cls(self.host, self.port, timeout=self.timeout_s)
+                self._conn = (http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s,
+                                                          context=self._context) if self.https else
+                              http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s))
             conn, expired = self._conn, threading.Event()
 
             timer = threading.Timer(self.timeout_s, _abort, (conn, expired))
@@ -50,6 +84,9 @@ class Probe:
                 if expired.is_set():
                     raise OSError("deadline")
                 return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+            except ssl.SSLCertVerificationError as e:
+                self.close()
+                raise untrusted(self.base, e, self.tls) from None
             except (OSError, http.client.HTTPException) as e:
                 self.close()
                 if expired.is_set():

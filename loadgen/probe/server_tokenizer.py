@@ -21,6 +21,7 @@ Every request has a total deadline (probe_http.py); the probe says on stderr wha
 """
 from __future__ import annotations
 
+import ssl
 from typing import TextIO
 
 import orjson
@@ -65,8 +66,8 @@ class ServerTokenizer(Tokenizer):
 
     def __init__(self, base_url: str, api: str = "completions", model: str = "",
                  timeout_s: float = PROBE_TIMEOUT_S, progress: TextIO | None = None,
-                 headers: dict[str, str] | None = None):
-        self._probe = Probe(base_url, timeout_s, headers)
+                 headers: dict[str, str] | None = None, tls: ssl.SSLContext | bool = True):
+        self._probe = Probe(base_url, timeout_s, headers, tls)  # the run's headers and TLS choice
         self.api, self.model = api, model
         self.detail = f"{self._probe.base}/tokenize"
         self.shape = ""  # the request shape being tried; the one the server answered once __init__ returns
@@ -158,7 +159,8 @@ class ServerTokenizer(Tokenizer):
         return {**super().describe(), "shape": self.shape, "prompt_exact": self.prompt_exact}
 
 def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "completions", model: str = "",
-            progress=None, headers: dict[str, str] | None = None) -> tuple[Tokenizer, str | None]:
+            progress=None, headers: dict[str, str] | None = None,
+            tls: ssl.SSLContext | bool = True) -> tuple[Tokenizer, str | None]:
     """The tokenizer for a run, and a warning to show (stderr and manifest) when auto fell back."""
     if mode == "approximate":
         return ApproximateTokenizer(), None
@@ -169,7 +171,7 @@ def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "
             raise TokenizerError("prompt.tokenizer = \"server\" needs a target (--url)")
         return ApproximateTokenizer(), None
     try:
-        return ServerTokenizer(url, api, model, progress=progress, headers=headers), None
+        return ServerTokenizer(url, api, model, progress=progress, headers=headers, tls=tls), None
     except TokenizerError as e:
         if mode == "server":
             raise

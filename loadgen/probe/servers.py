@@ -16,6 +16,7 @@ Each clue votes for a kind with a weight (a clue only one engine gives weighs 2,
 from __future__ import annotations
 
 import re
+import ssl
 from typing import TextIO
 
 import orjson
@@ -96,11 +97,13 @@ PATHS = ("/v1/models", "/props", "/info", "/version", "/api/version", "/get_serv
 
 
 def detect(base_url: str, headers: dict[str, str] | None = None, timeout_s: float = DETECT_TIMEOUT_S,
-           progress: TextIO | None = None) -> dict:
+           progress: TextIO | None = None, tls: ssl.SSLContext | bool = True) -> dict:
+    """The kind (classify) from the GETs of PATHS, with the run's headers and TLS choice (probe_http.py);
+    a certificate that does not verify raises ConfigError."""
     if progress is not None:
         progress.write(f"detecting the server kind (GET {', '.join(PATHS)}; at most {timeout_s:g} s each)\n")
         progress.flush()
-    probe = Probe(base_url, timeout_s, headers)
+    probe = Probe(base_url, timeout_s, headers, tls)
     answers: dict = {}
     errors = []
     try:

@@ -7,6 +7,7 @@ the whole plan from it (request_bodies), so the manifest's `workload` section is
 """
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -51,19 +52,21 @@ def resolve_target(config: RunConfig, url: str, headers: dict[str, str], client:
         say(progress, f"model not given: asking {redact_url(url)}/v1/models (up to {DISCOVER_TIMEOUT_S:g}s)")
         config = with_overrides(config, "/v1/models", model=discover_model(url, headers, client.ssl_context()))
         say(progress, f"model: {config.model} (the one the target serves)")
-    server = detect_server(url, headers, progress=progress)
+    server = detect_server(url, headers, progress=progress, tls=client.ssl_context())
     say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
     return Target(config, url, headers, client, builtin_sim, server)
 
 
 def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | None = None,
                    progress: TextIO | None = None,
-                   headers: dict[str, str] | None = None) -> tuple[list[bytes], Bodies, dict]:
+                   headers: dict[str, str] | None = None,
+                   tls: ssl.SSLContext | bool = True) -> tuple[list[bytes], Bodies, dict]:
     """Every body (later session turns are built at run time by Bodies.next_turn), and the manifest's
     `workload` section: tokenizer used (and any fallback warning), prompt length checks and verdict
-    (`prompt_lengths`, prompts.verdict), trace counts."""
+    (`prompt_lengths`, prompts.verdict), trace counts. headers, tls: the run's (Target.headers,
+    ClientOptions.ssl_context), which /tokenize gets as every request to the target does."""
     tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
-                                           config.model, progress, headers)
+                                           config.model, progress, headers, tls)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
     bodies = Bodies(schedule, backend, maker, config.seed, convs)

@@ -23,7 +23,8 @@ def run_single(target: Target, schedule: Schedule, writer: RunWriter, run_id: st
     config = target.config
     backend = target.backend()
     # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
-    bodies, shaper, workload = request_bodies(config, schedule, backend, target.url, progress, target.headers)
+    bodies, shaper, workload = request_bodies(config, schedule, backend, target.url, progress, target.headers,
+                                               target.client.ssl_context())
     say_workload(progress, workload)
     facts = RunFacts(target, schedule, run_id, workload)
     job = Job(target, schedule, backend, bodies, shaper, writer, run_id, progress,

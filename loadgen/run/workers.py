@@ -173,7 +173,8 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
     config = target.config
     schedule = build(config)
     backend = target.backend()
-    bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers)
+    bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers,
+                                                 target.client.ssl_context())
     job = Job(target, schedule, backend, bodies, shaper, writer, part.run_id, None, part=part)
     measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
     own = judge(config, measured.requests, measured.status, None)  # its share alone: detail, not the verdict
