@@ -7,12 +7,26 @@ token is at the end of the step that completes its prompt, each next token at th
 step. The rows carry requests.parquet's timestamp columns, so TTFT, TPOT and e2e come from
 loadgen.metrics like a measured run's (dispatched = intended: no client lateness is predicted).
 
+Capacity (`capacity_per_s`): the largest rate the engine sustains = its completion rate while saturated,
+in steady state. The plan's (prompt, output) pairs are repeated until there are at least
+CAPACITY_MIN_REQUESTS (and CAPACITY_SLOT_ROUNDS x max_num_seqs) requests and offered at a constant rate
+CAPACITY_OVERLOAD times an all-at-once estimate; the completions counted are those at which a request
+was waiting for admission (the engine had more work than it takes: saturated), after the first
+max_num_seqs of them (the transient while the queue forms). Neither the drain of a finite burst (the
+batch shrinks and speeds up: counting it had put a knee above the capacity) nor the waves of a batch
+admitted all at once (its sequences finish together: a few % slower than the staggered batch an open
+loop keeps) are counted. A try whose queue hardly formed (fewer than CAPACITY_MIN_SATURATED counted, or
+completions keeping up with the offer) is run again offering CAPACITY_OVERLOAD times more.
+
 The knee is `loadgen sweep`'s (analysis/knee.py: knee, keeps_up; a rate keeps up when the completion rate,
 fitted over the last tokens, is within 5 % of the offered rate, fitted over the intended sends), with
-its keys over the given rates, plus knee.bisected_rate_per_s: the same rule bisected (KNEE_STEPS steps,
+one rule more, from the same model: a point whose rate (asked or offered) is above the capacity does not
+keep up (`above_capacity`: its queue grows without bound, however a finite run of it drains). Its keys
+are over the given rates, plus knee.bisected_rate_per_s: the same rule bisected (KNEE_STEPS steps,
 geometric) between the given rates, widened until they bracket it, which virtual time makes cheap; and
-knee.capacity_per_s, the completion rate when every request is offered at once (what the engine
-sustains past the knee). Workloads with conversations
+knee.capacity_per_s. So every knee is at most the capacity (tests/unit/test_predict.py checks it, and
+that a long run at 0.9 x the capacity keeps its queue while one at 1.1 x grows it, over several
+profiles). Workloads with conversations
 (turns that wait for a reply) are not predicted (the plan's send times depend on replies).
 """
 from __future__ import annotations
@@ -33,6 +47,11 @@ from loadgen.config.workload import load
 from loadgen.plan.schedule import build
 
 KNEE_STEPS = 10
+CAPACITY_MIN_REQUESTS = 1000
+CAPACITY_SLOT_ROUNDS = 6           # requests per slot at least: the batch turns over many times
+CAPACITY_OVERLOAD = 1.25           # the capacity run offers this times the all-at-once estimate
+CAPACITY_TRIES = 4                 # each further try offers CAPACITY_OVERLOAD times more
+CAPACITY_MIN_SATURATED = 100       # completions counted while the queue was not empty, at least
 LATENCIES = ("ttft", "tpot", "e2e")
 
 
@@ -52,7 +71,8 @@ class _Req:  # what the engine needs of a request (engine.Request)
 def simulate(profile: Profile, intended_ns: np.ndarray, prompt_tokens: np.ndarray, max_tokens: np.ndarray
              ) -> pl.DataFrame:
     """One row per request: intended_ns, dispatched_ns, first_token_ns, last_token_ns, output_tokens,
-    outcome ('ok', or 'error' for a request the engine refuses: longer than the model or KV pool)."""
+    outcome ('ok', or 'error' for a request the engine refuses: longer than the model or KV pool), and
+    scheduled_ns (when the engine first admitted it; null when refused)."""
     eng = Engine(profile, EngineConfig.from_profile(profile))
     lag = round(profile.request_overhead_us * 1e3)
     n = len(intended_ns)
@@ -92,7 +112,8 @@ def simulate(profile: Profile, intended_ns: np.ndarray, prompt_tokens: np.ndarra
     return pl.DataFrame({
         "intended_ns": intended_ns.astype(np.int64), "dispatched_ns": intended_ns.astype(np.int64),
         "first_token_ns": pl.Series(first).replace(-1, None), "last_token_ns": pl.Series(last).replace(-1, None),
-        "output_tokens": out, "outcome": np.where(done, "ok", "error")})
+        "output_tokens": out, "outcome": np.where(done, "ok", "error"),
+        "scheduled_ns": pl.Series([r.scheduled_ns for r in reqs], dtype=pl.Int64)[np.argsort(order)]})
 
 
 def point(rows: pl.DataFrame, warmup: np.ndarray) -> dict:
@@ -122,21 +143,71 @@ class Plan:
             o["--rate"] = f"{rate:.6g}/s"
         return build(load(self.workload, o))
 
-    def run(self, profile: Profile, rate: float | None, at_once: bool = False) -> dict:
+    def run(self, profile: Profile, rate: float | None, at_once: bool = False,
+            capacity_per_s: float | None = None) -> dict:
+        """One point; with capacity_per_s, a point above it does not keep up (judge)."""
         s = self._build(rate)
         intended = np.zeros_like(s.intended_ns) if at_once else s.intended_ns
         rows = simulate(profile, intended, s.prompt_tokens, s.max_tokens)
-        return point(rows, np.asarray(s.warmup, dtype=bool))
+        p = point(rows, np.asarray(s.warmup, dtype=bool))
+        return judge(p, rate, capacity_per_s) if capacity_per_s is not None else p
+
+    def capacity_per_s(self, profile: Profile) -> float | None:
+        """The engine's steady completion rate while saturated (the module's docstring); None when too
+        few requests complete to count it."""
+        s = self._build(None)
+        if not len(s):
+            return None
+        n = max(CAPACITY_MIN_REQUESTS, CAPACITY_SLOT_ROUNDS * profile.max_num_seqs, len(s))
+        reps = math.ceil(n / len(s))
+        prompt, out = np.tile(s.prompt_tokens, reps)[:n], np.tile(s.max_tokens, reps)[:n]
+        # A first estimate, all at once: admitted together, the batch then runs in waves, a few % slower
+        # than the staggered batch of an open loop, so the offer below is an overload.
+        done = np.sort(simulate(profile, np.zeros(n, dtype=np.int64), prompt, out)
+                       .filter(pl.col("outcome") == "ok")["last_token_ns"].to_numpy())
+        if done.size < 2 or done[-1] <= done[0]:
+            return None
+        offered = CAPACITY_OVERLOAD * (done.size - 1) / ((done[-1] - done[0]) / 1e9)
+        for _ in range(CAPACITY_TRIES):
+            rows = simulate(profile, (np.arange(n) * (1e9 / offered)).astype(np.int64), prompt, out)
+            rate, counted = saturated_rate(rows, round(profile.request_overhead_us * 1e3), profile.max_num_seqs)
+            if rate is not None and counted >= CAPACITY_MIN_SATURATED and rate < offered:
+                return rate
+            offered *= CAPACITY_OVERLOAD  # the queue hardly formed: offer more
+        return None
 
 
-def knee(plan: Plan, profile: Profile, points: list[dict]) -> dict:
-    """`loadgen sweep`'s knee over the given rates (same keys), plus the same rule bisected between
-    them in virtual time and the capacity (every request offered at once)."""
-    out = sweep_knee(points)
+def saturated_rate(rows: pl.DataFrame, lag_ns: int, skip: int) -> tuple[float | None, int]:
+    """(completions per second while a request was waiting for admission, how many were counted): the
+    completions at which the engine had more work than it admits, after the first `skip` of them (the
+    transient while the queue forms); simulate()'s rows, lag_ns its admission lag."""
+    ok = rows.filter(pl.col("outcome") == "ok")
+    arrived = np.sort(rows["intended_ns"].to_numpy() + lag_ns)
+    admitted = np.sort(ok["scheduled_ns"].to_numpy())
+    done = np.sort(ok["last_token_ns"].to_numpy())
+    waiting = np.searchsorted(arrived, done, side="right") - np.searchsorted(admitted, done, side="right")
+    busy = done[waiting > 0][skip:]
+    if busy.size < 2 or busy[-1] <= busy[0]:
+        return None, int(busy.size)
+    return float((busy.size - 1) / ((busy[-1] - busy[0]) / 1e9)), int(busy.size)
+
+
+def judge(p: dict, rate: float | None, capacity_per_s: float | None) -> dict:
+    """The point's keeps_up with the capacity rule: above the capacity (its asked or its offered rate) it
+    does not keep up, whatever a finite run of it shows."""
+    rates = [r for r in (rate, p["offered_per_s"]) if r is not None]
+    above = capacity_per_s is not None and any(r > capacity_per_s for r in rates)
+    return {**p, "above_capacity": above, "keeps_up": p["keeps_up"] and not above}
+
+
+def knee(plan: Plan, profile: Profile, points: list[dict], capacity_per_s: float | None) -> dict:
+    """`loadgen sweep`'s knee over the given rates (same keys; points judged with the capacity), plus the
+    same rule bisected between them in virtual time, and the capacity."""
+    out = _capacity_bound(sweep_knee(points), points)
     rates = [p["rate_per_s"] for p in points]
 
     def up(r: float) -> bool:
-        return plan.run(profile, r)["keeps_up"]
+        return plan.run(profile, r, capacity_per_s=capacity_per_s)["keeps_up"]
     lo, hi = min(rates), max(rates)
     while lo > 1e-6 and not up(lo):
         lo /= 2
@@ -146,17 +217,36 @@ def knee(plan: Plan, profile: Profile, points: list[dict]) -> dict:
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if up(mid) else (lo, mid)
     out.update({"bisected_rate_per_s": lo, "bisected_first_saturated_per_s": hi, "bisected_resolution_rel": hi / lo - 1,
-                "capacity_per_s": plan.run(profile, rates[0], at_once=True)["completed_per_s"],
+                "capacity_per_s": capacity_per_s,
                 "bisected_rule": f"the same rule bisected {KNEE_STEPS} times (geometric) between the given rates, "
-                                 "widened until they bracket it; capacity: completion rate with every request "
-                                 "offered at once"})
+                                 "widened until they bracket it; a rate above the capacity does not keep up; "
+                                 "capacity: the completion rate of the saturated engine in steady state (the "
+                                 f"plan's requests, at least {CAPACITY_MIN_REQUESTS}, offered past it; completions "
+                                 "counted while a request waited for admission)"})
     return out
+
+
+def _capacity_bound(out: dict, points: list[dict]) -> dict:
+    """The sweep's knee over the given rates with judge()'s rule: the first point above the capacity is
+    saturated when the sweep's own rule found none before it (the knee is the point below it)."""
+    pts = sorted(points, key=lambda p: p["rate_per_s"])
+    above = next((i for i, p in enumerate(pts) if p.get("above_capacity")), None)
+    first = out["first_saturated_per_s"]
+    if above is None or (first is not None and first <= pts[above]["rate_per_s"]):
+        return out
+    bad, at = pts[above], (pts[above - 1] if above else None)
+    return {**out, "rate_per_s": at and at["rate_per_s"], "offered_per_s": at and at.get("offered_per_s"),
+            "first_saturated_per_s": bad["rate_per_s"], "first_saturated_offered_per_s": bad.get("offered_per_s"),
+            "completed_per_s_past_knee": bad.get("completed_per_s"), "saturated": True,
+            "rule": out["rule"] + "; a point above the capacity does not keep up"}
 
 
 def predict(workload: str, profile: Profile, rates: list[float], overrides: dict | None = None) -> dict:
     plan = Plan(workload, overrides or {})
-    points = [{"rate_per_s": r, **plan.run(profile, r)} for r in rates]
-    return {"profile": profile.name, "workload": workload, "points": points, "knee": knee(plan, profile, points),
+    capacity = plan.capacity_per_s(profile)
+    points = [{"rate_per_s": r, **plan.run(profile, r, capacity_per_s=capacity)} for r in rates]
+    return {"profile": profile.name, "workload": workload, "points": points,
+            "knee": knee(plan, profile, points, capacity),
             "percentiles": metrics.PERCENTILE_RULE}
 
 
@@ -173,7 +263,7 @@ def to_text(d: dict) -> str:
         lines.append(f"{p['rate_per_s']:8.3g} {done if done is None else round(done, 3):>8} "
                      f"{f(lat['ttft']['p50'])} {f(lat['ttft']['p99'])} {f(lat['tpot']['p50'])}"
                      f"{f(lat['tpot']['p99'])[1:]} {f(lat['e2e']['p50'])} {f(lat['e2e']['p99'])}  "
-                     f"{'yes' if p['keeps_up'] else 'NO'}")
+                     f"{'yes' if p['keeps_up'] else 'NO, above capacity' if p.get('above_capacity') else 'NO'}")
     k = d["knee"]
 
     def r(v):

@@ -172,7 +172,7 @@ def validate(url: str, server_pid: int, work: Path, fractions=FRACTIONS) -> dict
     profile = load_profile(str(work / "profile.toml"))
     before = speed_check(url, fitted)
     plan = Plan(WORKLOAD, {})
-    capacity = plan.run(profile, 1.0, at_once=True)["completed_per_s"]
+    capacity = plan.capacity_per_s(profile)
     rates = [float(f"{f * capacity:.2g}") for f in fractions]
     rows = []
     for r in rates:

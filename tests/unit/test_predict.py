@@ -89,3 +89,47 @@ def test_cli_bad_input(tmp_path, capsys):
     assert "none.toml: no such file" in capsys.readouterr().err
     assert main(["predict", str(tmp_path / "missing.toml"), "--profile", "tiny", "--rates", "1"]) == 2
     assert "no such workload file" in capsys.readouterr().err
+
+
+def one_slot():
+    return dataclasses.replace(TINY, name="tiny-1-slot", max_num_seqs=1)
+
+
+@pytest.mark.parametrize("profile", [TINY, load_profile("h100-sxm"), load_profile("a10g"), one_slot()],
+                         ids=lambda p: p.name)
+def test_the_capacity_is_the_largest_sustainable_rate_and_no_knee_is_above_it(tmp_path, profile):
+    # Issue 24: predict printed a knee (195/s) above its own capacity (174/s). The capacity is the
+    # saturated engine's steady rate; ground truth from the same engine: a long Poisson run at 0.9 x it
+    # keeps its queue, one at 1.1 x grows it; and every knee, and every point that keeps up, is at most it.
+    from loadgen.twin.predict import Plan, predict
+    wl = workload(tmp_path)
+    cap = Plan(wl, {}).capacity_per_s(profile)
+    assert cap is not None and cap > 0
+    # the plan's own (prompt, output) pairs, repeated, at Poisson arrivals of the given rate
+    s = Plan(wl, {})._build(None)
+    n = 3000
+    prompt, out = np.resize(s.prompt_tokens, n), np.resize(s.max_tokens, n)
+    gaps = np.random.default_rng(7).exponential(1.0, n)
+
+    def growth_ms(rate):  # median TTFT of the last tenth of the run minus that of its second tenth
+        rows = simulate(profile, (np.cumsum(gaps) * 1e9 / rate).astype(np.int64), prompt, out)
+        ttft = (rows["first_token_ns"] - rows["intended_ns"]).to_numpy() / 1e6
+        tenth = n // 10
+        return float(np.median(ttft[-tenth:]) - np.median(ttft[tenth:2 * tenth]))
+    # past the capacity the backlog grows by (1 - 1/1.1) n requests over the run: at 1.1x the last tenth
+    # waits for at least a third of it; at 0.9x the queue does not grow by a tenth of that
+    backlog_ms = (1 - 1 / 1.1) * n / cap * 1e3
+    assert growth_ms(1.1 * cap) > backlog_ms / 3, backlog_ms
+    assert growth_ms(0.9 * cap) < backlog_ms / 10, backlog_ms
+    d = predict(wl, profile, [cap * f for f in (0.25, 0.6, 0.97, 1.05, 1.5, 3)])
+    k = d["knee"]
+    assert k["capacity_per_s"] == cap
+    # the knees are at most the capacity (the finite runs' own rule may see saturation below it)
+    assert k["bisected_rate_per_s"] < k["bisected_first_saturated_per_s"] <= cap * (1 + k["bisected_resolution_rel"])
+    assert k["rate_per_s"] is not None and k["rate_per_s"] <= cap
+    assert k["saturated"] and k["first_saturated_per_s"] <= cap * 1.05
+    for p in d["points"]:
+        assert p["above_capacity"] == (p["rate_per_s"] > cap or p["offered_per_s"] > cap)
+        if p["keeps_up"]:
+            assert p["rate_per_s"] <= cap and p["offered_per_s"] <= cap
+    assert not any(p["keeps_up"] for p in d["points"][3:])
