@@ -39,3 +39,23 @@ def discover_model(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool
         offered = ", ".join(ids[:20]) or "none"
         raise ConfigError([f"model: not given, and {where} serves {len(ids)} models ({offered}): pass --model"])
     return ids[0]
+
+
+def _whole(v) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def published_limits(models: object, props: object) -> dict[str, int | None]:
+    """Every limit a server publishes, from its answers (parsed JSON, None when it gave none) to
+    GET /v1/models and GET /props; None where it publishes none (pure):
+        max_model_len  tokens per sequence: /v1/models data[0].max_model_len (vLLM, SGLang, the simulator),
+                       else llama.cpp's tokens per slot
+        slots          sequences served at once: llama.cpp /props total_slots (vLLM and SGLang publish none)
+        ctx_per_slot   llama.cpp /props default_generation_settings.n_ctx"""
+    data = models.get("data") if isinstance(models, dict) else None
+    first = data[0] if isinstance(data, list) and data and isinstance(data[0], dict) else {}
+    props = props if isinstance(props, dict) else {}
+    settings = props.get("default_generation_settings")
+    ctx = _whole(settings.get("n_ctx")) if isinstance(settings, dict) else None
+    return {"max_model_len": _whole(first.get("max_model_len")) or ctx, "slots": _whole(props.get("total_slots")),
+            "ctx_per_slot": ctx}

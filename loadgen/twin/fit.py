@@ -11,11 +11,16 @@ mixture, which a median of a short fit misses by the slow share; trimmed, becaus
 a descheduling should not move it. A prefill shape's TTFT is, where the server reports its prompt time,
 that time's center plus the request overhead (below), so client-side noise stays out.
 
-  limits   slots (max_num_seqs) and tokens per slot (max_model_len) from llama.cpp's /props, or
-           --max-num-seqs / --max-model-len; the per-step token budget max_num_batched_tokens from
-           --max-batched-tokens (default 2048, llama.cpp's n_batch: no server publishes it)
+  limits   what the server publishes (probe/discover.published_limits): slots (max_num_seqs) from
+           llama.cpp's /props, tokens per slot (max_model_len) from its /props or from /v1/models
+           (vLLM, SGLang, the simulator); --max-num-seqs / --max-model-len override them; the per-step
+           token budget max_num_batched_tokens from --max-batched-tokens (default 2048, llama.cpp's
+           n_batch: no server publishes it)
   prefill  PREFILL_PROMPTS (those that fit in a slot with one output token), one at a time
-  decode   batches 1, 2, 4, 8 (<= slots) x contexts 16 and max_model_len / 4, DECODE_TOKENS outputs
+  decode   batches 1, 2, 4, 8 (<= slots) x contexts 16 and max_model_len / 4, DECODE_TOKENS outputs; a
+           shape whose streams overlap for too few steps (fit_probe.ShortOverlap: steps of a fast engine,
+           as the simulator's default profile's ~1.5 ms, against the time a busy client takes to start
+           B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length
   request overhead: median(TTFT - server prompt time) when the server reports it, else 0
 
 On this repository's 2-core machine against llama-server (2 slots, 4096 tokens each) one round takes
@@ -28,10 +33,11 @@ import statistics
 from dataclasses import dataclass
 
 from loadgen.twin.fit_model import EngineLimits, FitResult, fit, to_toml
-from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed
+from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed, ShortOverlap
 
 PREFILL_PROMPTS = (16, 64, 256, 512, 1024, 1536, 2048, 3072)
 DECODE_TOKENS = 48
+DECODE_MAX_TOKENS = 768
 ROUNDS = 8
 
 
@@ -54,8 +60,9 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         ctx = o.max_model_len or srv.ctx_per_slot
         if not slots or not ctx:
             missing = [f for f, v in (("--max-num-seqs", slots), ("--max-model-len", ctx)) if not v]
-            raise ProbeFailed(f"{o.url}: the server does not publish its slots / context per slot "
-                              f"(llama.cpp /props): give {' and '.join(missing)}")
+            known = f" (its max_model_len {ctx} is read from /v1/models)" if ctx and not o.max_model_len else ""
+            raise ProbeFailed(f"{o.url}: the server does not publish its "
+                              f"{' and '.join(_UNPUBLISHED[f] for f in missing)}{known}: give {' and '.join(missing)}")
         lim = EngineLimits(srv.model, slots, o.max_batched_tokens, ctx, srv.n_params, srv.size_bytes)
         prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
@@ -63,6 +70,7 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
         pre: dict[int, list[PrefillSample]] = {}
         dec: dict[tuple[int, int], list[DecodeSample]] = {}
+        outputs: dict[tuple[int, int], int] = {}  # a shape's output tokens, once lengthened
         rounds = 0
         try:
             for _ in range(o.rounds):
@@ -70,7 +78,7 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
                     pre.setdefault(n, []).append(await p.prefill(n))
                 for b in batches:
                     for c in contexts:
-                        dec.setdefault((b, c), []).append(await p.decode(b, c, DECODE_TOKENS))
+                        dec.setdefault((b, c), []).append(await _decode(p, b, c, ctx, outputs))
                 rounds += 1
         except ProbeFailed as e:
             if p.left_s() > 0:
@@ -81,8 +89,25 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         used_s = o.budget_s - p.left_s()
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
-    decode = [DecodeSample(b, c, DECODE_TOKENS, center([s.step_s for s in v])) for (b, c), v in dec.items()]
+    decode = [DecodeSample(b, c, v[0].output_tokens, center([s.step_s for s in v])) for (b, c), v in dec.items()]
     return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
+
+
+_UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; vLLM and SGLang publish none)",
+                "--max-model-len": "context per slot (llama.cpp's /props n_ctx, or max_model_len in /v1/models)"}
+
+
+async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple[int, int], int]) -> DecodeSample:
+    """One decode probe of the shape; streams that overlapped too briefly are asked again with twice the
+    outputs (kept for the shape's later rounds), while they fit in the slot and DECODE_MAX_TOKENS."""
+    n = outputs.get((batch, context), DECODE_TOKENS)
+    while True:
+        try:
+            return await p.decode(batch, context, n)
+        except ShortOverlap:
+            if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
+                raise
+            n = outputs[(batch, context)] = 2 * n
 
 
 def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:

@@ -219,7 +219,7 @@ def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSampl
     for d in decode:
         pred = predicted_step_s(p, d)
         out.append({"kind": "decode", "batch": d.batch, "prompt_tokens": d.prompt_tokens,
-                    "measured_ms": d.step_s * 1e3, "predicted_ms": pred * 1e3,
+                    "output_tokens": d.output_tokens, "measured_ms": d.step_s * 1e3, "predicted_ms": pred * 1e3,
                     "error_rel": (pred - d.step_s) / d.step_s})
     return out
 

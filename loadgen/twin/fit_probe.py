@@ -2,13 +2,15 @@
 streams in two shapes. Times are client stamps (time.monotonic_ns) of reads, so every figure includes
 what a client sees (HTTP, tokenization, sampling), not only the engine's kernels.
 
-  limits   GET /props (llama.cpp: total_slots, default_generation_settings.n_ctx = tokens per slot) and
-           GET /v1/models (id; llama.cpp's meta: n_params, size in bytes)
+  limits   GET /v1/models (id, max_model_len; llama.cpp's meta: n_params, size in bytes) and GET /props
+           (llama.cpp: total_slots, default_generation_settings.n_ctx = tokens per slot), read by
+           probe/discover.published_limits
   prefill  one stream at a time on an idle server, prompt of P token ids, 1 output token:
            PrefillSample(P, ttft_s = first token - request sent, server_prefill_s = llama.cpp's
            timings.prompt_ms when the stream carries it)
   decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
-           DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode)
+           DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode); fewer than
+           MIN_OVERLAP_STEPS x B such gaps raise ShortOverlap (fit.py then asks for longer streams)
 
 Prompts are lists of token ids (exact lengths, no tokenizer needed; ids drawn from [1000, 30000) so no
 byte-fallback or control token), each request's ids distinct (no prefix cache hit); requests ask
@@ -30,10 +32,17 @@ import orjson
 
 from loadgen.client.backends.sse import SSEParser
 from loadgen.errors import LoadgenError
+from loadgen.probe.discover import published_limits
+
+MIN_OVERLAP_STEPS = 8  # a decode probe needs this many steps (per stream) with every stream decoding
 
 
 class ProbeFailed(LoadgenError):
     pass
+
+
+class ShortOverlap(ProbeFailed):
+    """The decode probe's streams overlapped for too few steps (fast steps, or streams started apart)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ class DecodeSample:
 class ServerLimits:
     model: str
     slots: int | None          # llama.cpp total_slots
-    ctx_per_slot: int | None   # llama.cpp default_generation_settings.n_ctx
+    ctx_per_slot: int | None   # llama.cpp default_generation_settings.n_ctx, else /v1/models max_model_len
     n_params: int | None
     size_bytes: int | None
 
@@ -114,13 +123,12 @@ class Prober:
         m = models["data"][0]
         self.model = str(m.get("id", ""))
         meta = m.get("meta") or {}
-        props = await self._get_json("/props") or {}
-        slots = props.get("total_slots")
-        ctx = (props.get("default_generation_settings") or {}).get("n_ctx")
+        published = published_limits(models, await self._get_json("/props"))
 
         def whole(v):
             return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
-        return ServerLimits(self.model, whole(slots), whole(ctx), whole(meta.get("n_params")), whole(meta.get("size")))
+        return ServerLimits(self.model, published["slots"], published["ctx_per_slot"] or published["max_model_len"],
+                            whole(meta.get("n_params")), whole(meta.get("size")))
 
     def _ids(self, n: int) -> list[int]:
         return [self.rng.randrange(1000, 30000) for _ in range(n)]
@@ -188,8 +196,9 @@ class Prober:
                                   "(it must honour ignore_eos, or be told with --extra-body)")
         lo, hi = max(s.token_ns[0] for s in streams), min(s.token_ns[-1] for s in streams)
         gaps = [b - a for s in streams for a, b in zip(s.token_ns, s.token_ns[1:]) if a >= lo and b <= hi]
-        if len(gaps) < 4:
-            raise ProbeFailed(f"decode probe ({batch} streams): the streams hardly overlapped ({len(gaps)} gaps)")
+        if len(gaps) < MIN_OVERLAP_STEPS * batch:
+            raise ShortOverlap(f"decode probe ({batch} streams of {output_tokens} tokens): the streams hardly "
+                               f"overlapped ({len(gaps)} gaps with all decoding)")
         gaps.sort()
         cut = len(gaps) // 10
         kept = gaps[cut:len(gaps) - cut]
