@@ -104,3 +104,32 @@ def test_too_few_samples_is_an_error():
 ])
 def test_center_of_rounds(values, expected):
     assert center(values) == pytest.approx(expected)
+
+
+def test_decode_probes_that_hardly_overlap_are_asked_again_longer():
+    import asyncio
+
+    from loadgen.twin import fit as fitmod
+    from loadgen.twin.fit_probe import DecodeSample, ShortOverlap
+
+    class Server:  # streams overlap only when they carry at least `needs` tokens
+        def __init__(self, needs):
+            self.needs, self.asked = needs, []
+
+        async def decode(self, batch, context, n):
+            self.asked.append(n)
+            if n < self.needs:
+                raise ShortOverlap(f"{n} tokens")
+            return DecodeSample(batch, context, n, 0.001)
+
+    outputs: dict = {}
+    s = Server(150)
+    got = asyncio.run(fitmod._decode(s, 8, 16, 4096, outputs))
+    assert s.asked == [48, 96, 192] and got.output_tokens == 192 and outputs == {(8, 16): 192}
+    s.asked.clear()
+    asyncio.run(fitmod._decode(s, 8, 16, 4096, outputs))  # a later round starts at the kept length
+    assert s.asked == [192]
+    with pytest.raises(ShortOverlap):  # never past DECODE_MAX_TOKENS, nor past the slot
+        asyncio.run(fitmod._decode(Server(10**6), 8, 16, 4096, {}))
+    with pytest.raises(ShortOverlap):
+        asyncio.run(fitmod._decode(Server(100), 8, 16, 16 + 2 + 95, {}))
