@@ -51,9 +51,10 @@ def command(args: argparse.Namespace) -> int:
 
     try:
         spec = spec_from_args(args, slo(args))
-        cfg = workload_config(args)[0]
+        cfg, client = workload_config(args)  # client: --header, --insecure, --ca-bundle for every point
         out = Path(args.out) if args.out else default_sweep_out(cfg)
-        outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=None if args.quiet else sys.stderr)
+        outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=None if args.quiet else sys.stderr,
+                            client=client)
     except (ArgError, SweepError, SimStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE

@@ -151,12 +151,12 @@ OPTIONS = (
        field="overwrite", kind=FLAG, switch=True, commands=(RUN,), client=True),
     # how to talk to the target (config/client.py)
     _o("--header", "send this header with every request (repeatable; secret-looking values are redacted)",
-       field="headers", kind=kinds.custom("'K: V'"), metavar="'K: V'", repeat=True, commands=(RUN,),
+       field="headers", kind=kinds.custom("'K: V'"), metavar="'K: V'", repeat=True, commands=RUNS,
        client=True),
     _o("--insecure", "https: do not verify the server's certificate", field="insecure", kind=FLAG, switch=True,
-       commands=(RUN,), client=True),
+       commands=RUNS, client=True),
     _o("--ca-bundle", "https: verify the server against this CA file", field="ca_bundle",
-       kind=kinds.custom("file"), metavar="FILE", commands=(RUN,), client=True),
+       kind=kinds.custom("file"), metavar="FILE", commands=RUNS, client=True),
 )
 BY_FLAG = {o.flag: o for o in OPTIONS if o.flag}
 BY_KEY = {o.key: o for o in OPTIONS if o.key}

@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -44,6 +45,7 @@ from loadgen.analysis.diagnose import facts_from_metrics
 from loadgen.analysis.explain import ExplainOptions
 from loadgen.analysis.knee import KNEE_TOLERANCE, TTFT_FACTOR, keeps_up, knee, meets_attainment
 from loadgen.analysis.report_summary import build
+from loadgen.config.client import ClientOptions
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.errors import ExitCode
 from loadgen.metrics import OK_ROWS, fitted_rate_per_s
@@ -177,12 +179,13 @@ def _base_record(config: RunConfig) -> dict:
 
 def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
               opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
-              run_point: Callable | None = None) -> SweepOutcome:
+              run_point: Callable | None = None, client: ClientOptions | None = None) -> SweepOutcome:
+    """client: how every point talks to the target (headers, TLS; config/client.py), as a run's."""
     check_config(config)
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
         if r is not None:
             with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
-    run_point = run_point or run_workload
+    run_point = run_point or partial(run_workload, client=client)
     out = Path(out)
     manifest: Json = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
                 "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),

@@ -78,3 +78,21 @@ def test_an_untrusted_certificate_is_named_before_the_run(tmp_path, tls_target, 
     assert ("the --ca-bundle given" if flags else "the system's CA certificates") in p.stderr
     assert "--ca-bundle FILE" in p.stderr and "--insecure" in p.stderr
     assert not out.exists()
+
+
+def test_a_sweep_passes_the_tls_choice_and_the_headers_to_every_point(tmp_path, tls_target):
+    proxy, cert, _ = tls_target
+    proxy.seen.clear()
+    out = tmp_path / "sweep"
+    p = loadgen("sweep", workload(tmp_path, requests=6, max_tokens=4), "--rates", "5,10", "--url", proxy.url,
+                "--ca-bundle", str(cert), "--header", "X-Check: 1", "--out", str(out), timeout=240)
+    seen = list(proxy.seen)
+    assert p.returncode == 0, p.stderr
+    assert seen and [s for s in seen if not s[2]] == []
+    points = sorted(d for d in out.iterdir() if d.is_dir())
+    assert len(points) == 2, list(out.iterdir())
+    for d in points:
+        m = orjson.loads((d / "manifest.json").read_bytes())
+        assert m["status"] == "complete", m["invalid_reasons"]
+        assert m["target"]["server"]["kind"] == "loadgen-sim" and m["workload"]["prompt_lengths"]["exact"]
+        assert m["client"]["tls"] == {"verify": True, "ca_bundle": str(cert)}
