@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 
+from loadgen.config.options import add_options
 from loadgen.errors import ExitCode, InputError
 
 
@@ -24,6 +25,7 @@ def add_parsers(sub) -> None:
     f.add_argument("--extra-body", metavar="JSON", help="fields added to every probe request (JSON object)")
     f.add_argument("--name", default=None, help="the profile's name (default: the file's stem)")
     f.add_argument("--format", choices=("text", "json"), default="text")
+    add_options(f, "fit")  # --header, --insecure, --ca-bundle: the rows a run has (config/options.py)
     p = sub.add_parser("predict", help="a workload's latency at other rates, from a profile (docs/twin.md)")
     p.add_argument("workload", help="workload file (TOML)")
     p.add_argument("--profile", required=True, metavar="NAME|FILE", help="a shipped profile or a TOML file")
@@ -51,7 +53,9 @@ def fit_command(args: argparse.Namespace) -> int:
     from loadgen.twin.fit import ROUNDS, FitOptions, profile_text, run_fit, to_text
     from loadgen.config.units import parse_duration_ns
 
-    problems = []
+    from loadgen.config.client import client_options
+
+    client, problems = client_options(args.header, args.insecure, args.ca_bundle)
     try:
         budget_s = parse_duration_ns(args.budget) / 1e9
     except ValueError as e:
@@ -77,7 +81,8 @@ def fit_command(args: argparse.Namespace) -> int:
         raise InputError(problems)
     res, report = run_fit(FitOptions(args.url, budget_s, args.max_num_seqs, args.max_model_len,
                                      args.max_batched_tokens, extra, args.name or out.stem,
-                                     ROUNDS if args.rounds is None else args.rounds))
+                                     ROUNDS if args.rounds is None else args.rounds, client.headers,
+                                     client.ssl_context()))
     out.write_text(profile_text(res, report))
     report["profile"] = str(out)
     sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"

@@ -23,6 +23,7 @@ from loadgen.config.kinds import DURATION, FLAG, PAUSE, POSITIVE, SLO, TEXT, WOR
 RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
 RUNS = (RUN, SWEEP)                  # run options a sweep passes to every point
+TARGETED = (RUN, SWEEP, "fit")       # how to talk to the target: every command that asks it
 APIS = ("completions", "chat")
 BACKENDS = ("openai", "ollama", "llamacpp")   # loadgen/client/backends/
 TOKENIZERS = ("auto", "server", "approximate", "local")
@@ -151,12 +152,12 @@ OPTIONS = (
        field="overwrite", kind=FLAG, switch=True, commands=(RUN,), client=True),
     # how to talk to the target (config/client.py)
     _o("--header", "send this header with every request (repeatable; secret-looking values are redacted)",
-       field="headers", kind=kinds.custom("'K: V'"), metavar="'K: V'", repeat=True, commands=RUNS,
+       field="headers", kind=kinds.custom("'K: V'"), metavar="'K: V'", repeat=True, commands=TARGETED,
        client=True),
     _o("--insecure", "https: do not verify the server's certificate", field="insecure", kind=FLAG, switch=True,
-       commands=RUNS, client=True),
+       commands=TARGETED, client=True),
     _o("--ca-bundle", "https: verify the server against this CA file", field="ca_bundle",
-       kind=kinds.custom("file"), metavar="FILE", commands=RUNS, client=True),
+       kind=kinds.custom("file"), metavar="FILE", commands=TARGETED, client=True),
 )
 BY_FLAG = {o.flag: o for o in OPTIONS if o.flag}
 BY_KEY = {o.key: o for o in OPTIONS if o.key}

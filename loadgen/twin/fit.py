@@ -29,6 +29,7 @@ On this repository's 2-core machine against llama-server (2 slots, 4096 tokens e
 from __future__ import annotations
 
 import asyncio
+import ssl
 import statistics
 from dataclasses import dataclass
 
@@ -51,10 +52,12 @@ class FitOptions:
     extra_body: dict | None = None
     name: str = "fitted"
     rounds: int = ROUNDS
+    headers: tuple[tuple[str, str], ...] = ()   # --header, as a run sends them
+    tls: ssl.SSLContext | bool = True           # --insecure / --ca-bundle (ClientOptions.ssl_context)
 
 
 async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list[DecodeSample], dict]:
-    async with Prober(o.url, o.budget_s, o.extra_body) as p:
+    async with Prober(o.url, o.budget_s, o.extra_body, headers=dict(o.headers), tls=o.tls) as p:
         srv = await p.limits()
         slots = o.max_num_seqs or srv.slots
         ctx = o.max_model_len or srv.ctx_per_slot

@@ -18,12 +18,14 @@ byte-fallback or control token), each request's ids distinct (no prefix cache hi
 --extra-body) and leave sampling to the server's defaults, as a workload without sampling fields does:
 sampling costs time per token on a CPU (llama.cpp's default sampler chain over a 32k vocabulary), so give
 the workload's own sampling fields with --extra-body. The whole probe is bounded by a deadline: each
-stream gets at most the time left.
+stream gets at most the time left. Every request carries the run options' headers and TLS choice
+(--header, --insecure, --ca-bundle: config/client.py), as a run's do.
 """
 from __future__ import annotations
 
 import asyncio
 import random
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -79,8 +81,10 @@ class _Stream:
 
 
 class Prober:
-    def __init__(self, url: str, deadline_s: float, extra_body: dict | None = None, seed: int = 0):
+    def __init__(self, url: str, deadline_s: float, extra_body: dict | None = None, seed: int = 0,
+                 headers: dict[str, str] | None = None, tls: ssl.SSLContext | bool = True):
         self.url = url.rstrip("/")
+        self.headers, self.tls = dict(headers or {}), tls  # tls: aiohttp's ssl= (ClientOptions.ssl_context)
         self.deadline_ns = time.monotonic_ns() + int(deadline_s * 1e9)
         self.extra = {"ignore_eos": True, "cache_prompt": False, **(extra_body or {})}
         self.rng = random.Random(seed)
@@ -91,7 +95,8 @@ class Prober:
     async def __aenter__(self) -> "Prober":
         # a new connection per request: llama-server may close one after a stream, and a reused
         # connection closed under us fails the next request
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True, ssl=self.tls),
+                                             headers=self.headers)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -119,6 +124,8 @@ class Prober:
         models = await self._get_json("/v1/models")
         if not models or not models.get("data"):
             why = self.last_error or "no model listed (is this an OpenAI-compatible server?)"
+            if "certificate" in why.lower():
+                why += " (pass --ca-bundle FILE with the CA that signed it, or --insecure)"
             raise ProbeFailed(f"GET {self.url}/v1/models: {why}")
         m = models["data"][0]
         self.model = str(m.get("id", ""))

@@ -96,3 +96,20 @@ def test_a_sweep_passes_the_tls_choice_and_the_headers_to_every_point(tmp_path, 
         assert m["status"] == "complete", m["invalid_reasons"]
         assert m["target"]["server"]["kind"] == "loadgen-sim" and m["workload"]["prompt_lengths"]["exact"]
         assert m["client"]["tls"] == {"verify": True, "ca_bundle": str(cert)}
+
+
+def test_fit_takes_the_tls_choice_and_the_headers(tmp_path, tls_target):
+    proxy, cert, _ = tls_target
+    p = loadgen("fit", "--url", proxy.url, "--out", str(tmp_path / "x.toml"), "--header", "X-Check: 1",
+                "--max-num-seqs", "8", "--budget", "10s")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "certificate" in p.stderr and "--ca-bundle FILE" in p.stderr and "--insecure" in p.stderr, p.stderr
+    proxy.seen.clear()
+    p = loadgen("fit", "--url", proxy.url, "--out", str(tmp_path / "fitted.toml"), "--insecure",
+                "--header", "X-Check: 1", "--max-num-seqs", "8", "--max-model-len", "4096", "--rounds", "1",
+                "--budget", "60s", "--format", "json", timeout=120)
+    seen = list(proxy.seen)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert orjson.loads(p.stdout)["limits"]["max_model_len"] == 4096
+    assert seen and [s for s in seen if not s[2]] == []
+    assert {"/v1/models", "/props", "/v1/completions"} <= {path for _, path, _ in seen}

@@ -21,7 +21,8 @@ def test_every_option_has_help_and_reaches_its_parser():
         assert o.flag is None or o.switch or o.metavar, o.flag
         assert o.flag is not None or o.commands == (), o.key
         for command in o.commands:
-            args = parser.parse_args([command, "w.toml", o.flag] + ([] if o.switch else ["1"]))
+            where = ["--url", "http://h", "--out", "p.toml"] if command == "fit" else ["w.toml"]
+            args = parser.parse_args([command, *where, o.flag] + ([] if o.switch else ["1"]))
             assert values(args)[o.flag] in (True, "1", ["1"]), (command, o.flag)
 
 
