@@ -25,6 +25,9 @@ def explain_lines(s: Summary) -> list[str]:
     method = d.get("method")
     lines = ["", f"decomposition (ms) of {d['n']} ok requests; method: {method}"
              + (f" — {METHOD_NOTE[method]}" if method in METHOD_NOTE else "")]
+    calibration = s.get("calibration")
+    if method in ("none", None) and isinstance(calibration, str) and calibration.startswith("failed"):
+        lines.append(f"queue/prefill split UNAVAILABLE: the idle-server calibration {calibration}")
     cols = (("mean", "mean"), ("p99 e2e", "p99_e2e"), ("p99 ttft", "p99_ttft"))
     lines.append(f"{'component':<20}" + "".join(f"{c:>12}" for c, _ in cols))
     for comp in COMPONENTS:
