@@ -46,7 +46,7 @@ def test_clip_shortens_later_turns_by_the_earlier_cuts():
 
 
 def test_a_history_alone_over_the_limit_cannot_be_clipped():
-    with pytest.raises(ConfigError, match=r"cannot be clipped to .* \(conversation \d+, turn \d+\)"):
+    with pytest.raises(ConfigError, match=r"(?s)cannot be clipped to .* \(conversation \d+, turn \d+\)"):
         _limited("clip", _limit(build(config.load(W)), 60))
 
 
