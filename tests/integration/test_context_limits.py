@@ -130,3 +130,38 @@ def test_a_served_model_is_checked_against_its_own_limit(tmp_path, vllm_models):
     assert "5 of 5 planned requests do not fit the target's context of 4096 tokens" in p.stderr
     assert f"max_model_len of 'llama-8b' in {vllm_models}/v1/models" in p.stderr
     assert not any(s.startswith("POST /v1/") for s in _Models.seen)
+
+
+def test_a_llamacpp_targets_per_slot_context_is_read_from_props(tmp_path):
+    p = loadgen("run", _workload(tmp_path), "--out", str(tmp_path / "run"), "--no-calibrate", "--quiet",
+                "--sim-args", f"--mode fixed --emulate llamacpp --max-model-len {LIMIT}")
+    assert p.returncode == 2, p.stderr
+    assert "2 of 5 planned requests do not fit the target's context of 512 tokens" in p.stderr
+    assert "default_generation_settings.n_ctx (per slot) in http://127.0.0.1:" in p.stderr
+
+
+class _Ollama(_Models):
+    """Ollama's own model list (GET /api/tags); no OpenAI /v1/models."""
+
+    def do_GET(self):
+        self.seen.append(self.path)
+        ok = self.path == "/api/tags"
+        body = orjson.dumps({"models": [{"name": "llama3:latest"}, {"name": "qwen2:7b"}]}) if ok else b"{}"
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_ollama_model_not_pulled_is_exit_2_listing_its_tags(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ollama)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        p = loadgen("run", _workload(tmp_path), "--url", url, "--backend", "ollama", "--model", "mistral",
+                    "--out", str(tmp_path / "run"), "--no-calibrate", "--quiet")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert p.returncode == 2, p.stderr
+    assert f"model: 'mistral' is not served by the target: {url}/api/tags lists llama3:latest, qwen2:7b" in p.stderr
