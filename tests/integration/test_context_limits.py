@@ -165,3 +165,14 @@ def test_an_ollama_model_not_pulled_is_exit_2_listing_its_tags(tmp_path):
         server.server_close()
     assert p.returncode == 2, p.stderr
     assert f"model: 'mistral' is not served by the target: {url}/api/tags lists llama3:latest, qwen2:7b" in p.stderr
+
+
+def test_every_worker_process_fits_the_plan_alike(tmp_path):
+    # each worker rebuilds the plan from the config (workers.run_share): the limit travels in it
+    p, out = _run(tmp_path, "--over-context", "drop", "--workers", "2")
+    assert p.returncode == 0, p.stderr
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert manifest["generator"]["workers"] == 2 and manifest["workload"]["context"]["dropped"] == 2
+    rows = pl.read_parquet(out / "requests.parquet").sort("idx")
+    assert rows["idx"].to_list() == [0, 1, 2] and rows["prompt_tokens"].to_list() == [100, 200, 300]
+    assert rows["outcome"].to_list() == ["ok"] * 3
