@@ -75,3 +75,6 @@ def test_a_calibration_that_fails_says_why_and_the_report_says_the_split_is_unav
     report = loadgen("report", str(out))
     assert report.returncode == 0, report.stderr
     assert "queue/prefill split UNAVAILABLE: the idle-server calibration failed: the first probe" in report.stdout
+    md = loadgen("report", str(out), "--format", "md")
+    assert md.returncode == 0, md.stderr
+    assert "queue/prefill split UNAVAILABLE: the idle-server calibration failed: the first probe" in md.stdout
