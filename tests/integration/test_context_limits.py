@@ -176,3 +176,24 @@ def test_every_worker_process_fits_the_plan_alike(tmp_path):
     rows = pl.read_parquet(out / "requests.parquet").sort("idx")
     assert rows["idx"].to_list() == [0, 1, 2] and rows["prompt_tokens"].to_list() == [100, 200, 300]
     assert rows["outcome"].to_list() == ["ok"] * 3
+
+
+def test_the_quickstart_takes_the_model_the_target_serves(tmp_path):
+    # one --url aims the quickstart at any single-model server: its model comes from /v1/models
+    from pathlib import Path
+
+    from loadgen.sim.process import SimProcess
+
+    sim = SimProcess(args=["--mode", "fixed", "--ttft", "5ms", "--itl", "1ms", "--model", "some-served-name"])
+    url = sim.start()
+    try:
+        quickstart = Path(__file__).resolve().parents[2] / "workloads" / "quickstart.toml"
+        out = tmp_path / "run"
+        p = loadgen("run", str(quickstart), "--url", url, "--requests", "6", "--out", str(out), "--quiet",
+                    "--no-calibrate", *RELAXED_SELFCHECK)
+    finally:
+        sim.stop()
+    assert p.returncode == 0, p.stderr
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert manifest["config"]["model"] == "some-served-name"
+    assert pl.read_parquet(out / "requests.parquet")["outcome"].to_list() == ["ok"] * 6
