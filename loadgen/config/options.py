@@ -28,6 +28,7 @@ APIS = ("completions", "chat")
 BACKENDS = ("openai", "ollama", "llamacpp")   # loadgen/client/backends/
 TOKENIZERS = ("auto", "server", "approximate", "local")
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
+OVER_CONTEXT = ("error", "clip", "drop")       # loadgen/plan/context.py
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,10 @@ OPTIONS = (
        field="sim_args", kind=WORDS, default="", metavar="ARGS", commands=RUNS),
     _o("--no-calibrate", "skip the idle-server probes; without server timings the report then cannot "
        "split TTFT into queue and prefill", field="calibrate", kind=FLAG, switch=True, invert=True,
+       commands=RUNS),
+    _o("--over-context", "requests whose prompt + max tokens exceed the target's context limit: error (exit 2, "
+       "each named) | clip (shorten them) | drop (remove them from the plan); counted in the manifest",
+       field="over_context", kind=kinds.choice(OVER_CONTEXT), default="error", metavar="error|clip|drop",
        commands=RUNS),
     _o("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics", kind=FLAG,
        switch=True, commands=RUNS),

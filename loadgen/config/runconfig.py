@@ -101,6 +101,11 @@ class RunConfig:
     concurrency: int = default("concurrency")   # > 0: closed loop, N users each sending when its reply ends
     think_ns: int = default("think_ns")         # closed loop: a user's pause between a reply and its next request
     slo: tuple[tuple[str, float], ...] = ()  # (metric, bound ms), analysis/goodput.py
+    # the target's context limit (plan/context.py): the policy is an option, the limit is asked of the
+    # target once per run (run/prepare.py); context_source "" = not asked (no check, e.g. `loadgen schedule`)
+    over_context: str = default("over_context")   # error | clip | drop
+    context_limit: int | None = None              # tokens of prompt + max_tokens per request; None: unpublished
+    context_source: str = ""                      # where the limit was read, or why there is none
 
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None

@@ -3,7 +3,7 @@
 A workload file (see workloads/quickstart.toml):
 
     name = "quickstart"            # optional, defaults to the file's stem
-    model = "sim-llama-8b"
+    model = "NAME"                 # optional: the one the target serves (/v1/models) when absent
     api = "chat"                   # completions | chat
     backend = "openai"             # openai | ollama | llamacpp (the server's API family)
     seed = 42

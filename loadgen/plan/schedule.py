@@ -54,12 +54,13 @@ class Schedule:
     prefix_tokens: int = 0
     blocks: list | None = None        # Mooncake replay: the prompt's 512-token block ids per row
     conversation: np.ndarray = field(default_factory=_unset)  # int64, ShareGPT conversation (-1 = synthetic)
+    source_line: np.ndarray = field(default_factory=_unset)   # int64, the trace line of its lengths (-1 = none)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
-                           ("think_ns", 0), ("conversation", NONE)):
+                           ("think_ns", 0), ("conversation", NONE), ("source_line", NONE)):
             if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
         if self.new_tokens is None or self.new_tokens is _UNSET:
@@ -114,6 +115,9 @@ def build(config: RunConfig, trace=None) -> Schedule:
     s = _build(config, trace)
     if config.dataset is not None:
         s = _with_dataset(config, s, datasets.load_sharegpt(config.dataset))
+    if config.context_source:  # the target's context limit is known (run/prepare.py): every process fits alike
+        from loadgen.plan.context import fit_context  # (context.py works on a Schedule: imported late)
+        s = fit_context(s, config)
     return s
 
 
@@ -152,12 +156,14 @@ def _build(config: RunConfig, trace=None) -> Schedule:
     n = len(starts)
     blocks = None
     group = np.full(n, NONE, dtype=np.int64)
+    source_line: np.ndarray | None = None
     if config.trace is not None and config.trace.lengths:
         # replay() keeps a contiguous window of the trace: find where it starts to align the lengths.
         rel = trace.timestamps_ns - (trace.timestamps_ns[0] if len(trace) else 0)
         first = int(np.searchsorted(rel, config.trace.start_ns, side="left"))
         prompt = trace.prompt_tokens[first:first + n].clip(1)
         output = trace.output_tokens[first:first + n].clip(1)
+        source_line = trace.lines[first:first + n] if trace.lines is not None else None
         if trace.hash_ids is not None:
             blocks = trace.hash_ids[first:first + n]
             # prefix_group = the first block id when another planned row starts with it too
@@ -178,7 +184,8 @@ def _build(config: RunConfig, trace=None) -> Schedule:
         else:
             new = prompt
         return Schedule(starts, prompt, output, _warmup(config, n), config.seed, prefix_group=group,
-                        new_tokens=new, prefix_tokens=prefix_tokens, blocks=blocks, info=info)
+                        new_tokens=new, prefix_tokens=prefix_tokens, blocks=blocks, info=info,
+                        source_line=source_line if source_line is not None else _UNSET)
     return _sessions(config, starts, prompt, output, info, read_trace)
 
 

@@ -44,6 +44,7 @@ class Trace:
     hash_ids: list[list[int]] | None = None   # mooncake only: prefix blocks per row
     prefix_group: np.ndarray | None = None    # jsonl only (-1 = none)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows dropped
+    lines: np.ndarray | None = None           # int64: each row's 1-based line in the file (messages name it)
 
     def __len__(self) -> int:
         return len(self.timestamps_ns)
@@ -155,7 +156,8 @@ def _csv(p: Path, fmt: str, t_col: str, in_col: str, out_col: str, skip: bool) -
     if fmt == "azure" and len(stamps):
         stamps = stamps - stamps[0]
     return _nonempty(Trace(str(p), fmt, stamps, df["p"].to_numpy().astype(np.int64),
-                           df["o"].to_numpy().astype(np.int64), skipped=skipped))
+                           df["o"].to_numpy().astype(np.int64), skipped=skipped,
+                           lines=df["line"].to_numpy().astype(np.int64)))
 
 
 def _csv_by_line(p: Path, cols: tuple[str, ...]) -> tuple[pl.DataFrame | None, list[tuple[int, str]]]:
@@ -212,7 +214,7 @@ _JSONL_FIELDS = {"mooncake": ("timestamp", "input_length", "output_length", 1_00
 
 def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
     t_key, in_key, out_key, ns_per_unit = _JSONL_FIELDS[fmt]
-    ts, pin, pout, hashes, groups = [], [], [], [], []
+    ts, pin, pout, hashes, groups, lines = [], [], [], [], [], []
     bad_lines, bad_reasons = [], []
     last = None
     with open(p, "rb") as f:
@@ -253,6 +255,7 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
             assert _num(t)  # no `why` means t passed the checks above
             last = round(t * ns_per_unit)
             ts.append(last)
+            lines.append(ln)
             pin.append(a)
             pout.append(b)
             if fmt == "mooncake":
@@ -268,7 +271,7 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
     return _nonempty(Trace(str(p), fmt, np.array(ts, dtype=np.int64), np.array(pin, dtype=np.int64),
                            np.array(pout, dtype=np.int64), hash_ids=hashes if fmt == "mooncake" else None,
                            prefix_group=np.array(groups, dtype=np.int64) if fmt == "jsonl" else None,
-                           skipped=skipped))
+                           skipped=skipped, lines=np.array(lines, dtype=np.int64)))
 
 
 def _num(v: object) -> TypeGuard[int | float]:

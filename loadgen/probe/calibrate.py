@@ -5,8 +5,11 @@ time, so nothing queues) measures what prefill alone costs at each prompt length
 queue ~= ttft_from_send - connect - prefill(L) (analysis/decompose.py defines it).
 
 Probe plan (`probe_lengths`): prompt lengths spanning the run's planned ones (their min, quartiles
-and max: 5 points at most, fewer when lengths repeat), REPS repetitions each, PROBE_OUTPUT_TOKENS
-output tokens, sent sequentially after one discarded warm-up request (it opens the connection).
+and max: 5 points at most, fewer when lengths repeat; none above the target's context limit minus
+PROBE_OUTPUT_TOKENS), REPS repetitions each, PROBE_OUTPUT_TOKENS output tokens, sent sequentially after
+one discarded warm-up request (it opens the connection). The probes' text is made by the run's own
+prompt maker (plan/prompts.py, the run's tokenizer: the server's /tokenize by default), so a probe of L
+tokens is L tokens to the server, as the run's prompts are; each probe's text is its own (no cache hits).
 Each probe yields
     prefill_ms = first_token - connected      (server TTFT + network; the same quantity the run's
                                                estimate subtracts, so the network cancels out)
@@ -34,11 +37,16 @@ POINTS = 5
 DECODE_KEY = "itl_ms"  # calibration.json's key of decode_ms_per_token (the name is historical, see above)
 
 
-def probe_lengths(planned_prompt_tokens) -> list[int]:
+def probe_lengths(planned_prompt_tokens, context_limit: int | None = None) -> list[int]:
+    """context_limit: the target's tokens per request (prompt + max_tokens); every probe stays inside it."""
     planned = np.asarray(planned_prompt_tokens, dtype=np.int64)
     if planned.size == 0:
         return []
-    return sorted({int(x) for x in np.quantile(planned, np.linspace(0, 1, POINTS), method="nearest")})
+    top = context_limit - PROBE_OUTPUT_TOKENS if context_limit is not None else None
+    if top is not None and top < 1:
+        return []
+    points = np.quantile(planned, np.linspace(0, 1, POINTS), method="nearest")
+    return sorted({int(min(x, top) if top is not None else x) for x in points})
 
 
 def _polyfit(x: np.ndarray, y: np.ndarray, degree: int) -> list[float]:
@@ -95,10 +103,18 @@ def fit(probes: list[dict | None]) -> dict:
     }
 
 
-def probe_rows(planned_prompt_tokens, now_ns: int, tag: str = "") -> list[Row]:
-    """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths. Request ids
-    are `calib-{tag}-{i}`: server logs and the simulator's truth can tell probes from the run."""
-    lengths = probe_lengths(planned_prompt_tokens)
+def probe_failure(row: Row) -> str:
+    """How a probe that did not succeed ended, in words: outcome, HTTP status, error text."""
+    status = f" HTTP {row.http_status}" if row.http_status and row.http_status != 200 else ""
+    detail = row.error_detail or row.error_kind or ""
+    return f"{row.outcome}{status}" + (f" ({detail[:200]})" if detail else "")
+
+
+def probe_rows(planned_prompt_tokens, now_ns: int, tag: str = "", context_limit: int | None = None) -> list[Row]:
+    """The warm-up probe first (discarded by the caller), then REPS rounds over the lengths (inside the
+    target's context_limit). Request ids are `calib-{tag}-{i}`: server logs and the simulator's truth
+    can tell probes from the run."""
+    lengths = probe_lengths(planned_prompt_tokens, context_limit)
     if not lengths:
         return []
     plan = [lengths[0]] + [L for _ in range(REPS) for L in lengths]

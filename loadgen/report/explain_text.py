@@ -14,6 +14,15 @@ METHOD_NOTE = {
 }
 
 
+def split_unavailable(s: Summary) -> str | None:
+    """Why the decomposition has no queue/prefill split, when it is because calibration failed (the
+    manifest's `calibration`, "failed: WHY"); None otherwise (calibrated, server timings, or turned off)."""
+    d, calibration = s.get("decomposition_ms") or {}, s.get("calibration")
+    if d.get("method") in ("none", None) and isinstance(calibration, str) and calibration.startswith("failed"):
+        return f"queue/prefill split UNAVAILABLE: the idle-server calibration {calibration}"
+    return None
+
+
 def _f(v) -> str:
     if v is None:
         return "-"
@@ -25,6 +34,8 @@ def explain_lines(s: Summary) -> list[str]:
     method = d.get("method")
     lines = ["", f"decomposition (ms) of {d['n']} ok requests; method: {method}"
              + (f" — {METHOD_NOTE[method]}" if method in METHOD_NOTE else "")]
+    if split_unavailable(s):
+        lines.append(str(split_unavailable(s)))
     cols = (("mean", "mean"), ("p99 e2e", "p99_e2e"), ("p99 ttft", "p99_ttft"))
     lines.append(f"{'component':<20}" + "".join(f"{c:>12}" for c, _ in cols))
     for comp in COMPONENTS:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from loadgen.analysis.summary import METRICS, STATS
 from loadgen.report import _f
+from loadgen.report.explain_text import split_unavailable
 from loadgen.results.folder import Summary
 
 
@@ -124,7 +125,7 @@ def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     rows.append(["threshold", "", Key("decomposition_ms.p99_e2e.threshold_ms"),
                  Key("decomposition_ms.p99_ttft.threshold_ms")])
     return Table("Where the time went (ms)", ["component", *(c for c, _ in DECOMPOSITION_COLUMNS)], rows,
-                 f"method: {d.get('method')}")
+                 f"method: {d.get('method')}" + (f" — {split_unavailable(s)}" if split_unavailable(s) else ""))
 
 
 def by_prompt(s: Summary) -> Table | None:

@@ -145,11 +145,15 @@ def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
     return generator
 
 
-def calibration_note(config: RunConfig, path: Path) -> str:
-    """The manifest's `calibration`: the file the fit went to (written by the process that calibrated), or why none."""
+def calibration_note(config: RunConfig, path: Path, records: list[dict] | None = None) -> str:
+    """The manifest's `calibration`: the file the fit went to (written by the process that calibrated), or
+    why none: `failed: WHY` with the calibrating process's reason (its record's calibration_failed)."""
     if (path / "calibration.json").is_file():
         return "calibration.json"
-    return CALIBRATION_OFF if not config.calibrate else "failed"
+    if not config.calibrate:
+        return CALIBRATION_OFF
+    why = next((r["calibration_failed"] for r in records or () if r.get("calibration_failed")), None)
+    return f"failed: {why}" if why else "failed"
 
 
 def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame, records: list[dict], *,
@@ -166,7 +170,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
         generator["workers"] = len(workers)
     scrape = next((r["scrape"] for r in records if r.get("scrape")), None)
     manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape,
-                            calibration=calibration_note(facts.config, path), generator=generator,
+                            calibration=calibration_note(facts.config, path, records), generator=generator,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
                             workers=workers, ray=ray)
     writer.manifest(manifest)

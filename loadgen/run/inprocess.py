@@ -43,9 +43,9 @@ from loadgen.client.runner import Runner
 from loadgen.client.transport import AiohttpTransport
 from loadgen.config.workload import RunConfig, redact_url
 from loadgen.plan.bodies import Bodies
-from loadgen.plan.prompts import synthetic_text
+from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.plan.schedule import Schedule
-from loadgen.probe.calibrate import fit, probe_record, probe_rows
+from loadgen.probe.calibrate import fit, probe_failure, probe_record, probe_rows
 from loadgen.probe.scrape import Scraper
 from loadgen.results.folder import RunWriter, write_json, write_parquet
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
@@ -82,6 +82,7 @@ class Job:
     progress: TextIO | None = None
     part: Share | None = None         # None: the whole plan, t0 = set-up end + START_LEAD_NS
     on_t0: Callable[[dict], None] | None = None   # called with the t0 section (t0_section) once t0 is set
+    calibration_failed: str | None = None         # why calibration could not run (set before t0)
 
 
 @dataclass
@@ -93,10 +94,12 @@ class Measured:
     generator: dict                   # loop_lateness_ms, cpu_s, chunks, out_of_range (per metric)
     scrape: dict | None = None        # Scraper.summary(), with --scrape-metrics
     progress_line: str = ""           # the last progress line (the ending adds the status)
+    calibration_failed: str | None = None   # why this process's calibration could not run
 
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
-        return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape}
+        return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
+                "calibration_failed": self.calibration_failed}
 
 
 def t0_section(t0_ns: int, unix_ns: int) -> dict:
@@ -176,14 +179,16 @@ async def measure(job: Job) -> Measured:
                  "chunks": int(requests["n_chunks"].sum()),
                  "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
     return Measured(status, started, requests, generator, scrape,
-                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns))
+                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed)
 
 
 async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
     """Calibrate the idle server (when asked), then open and warm the run's transport; returns it, entered."""
     config, url, headers, progress = job.target.config, job.target.url, job.target.headers, job.progress
     if config.calibrate:
-        await _calibrate(config, job.schedule, job.backend, url, headers, clock, job.writer, progress, stop, tls)
+        job.calibration_failed = await _calibrate(config, job.schedule, job.backend, url, headers, clock,
+                                                  job.writer, progress, stop, tls,
+                                                  job.shaper.maker if job.shaper is not None else None)
     else:
         say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                       "report cannot split TTFT into queueing and prefill")
@@ -211,17 +216,21 @@ async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,
                      writer: RunWriter, progress: TextIO | None, stop: asyncio.Event,
-                     tls: ssl.SSLContext | bool = True) -> dict | None:
-    """Sequential probes of the idle server (calibrate.py); writes calibration.json. None if it failed."""
-    rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4))
+                     tls: ssl.SSLContext | bool = True, maker: PromptMaker | None = None) -> str | None:
+    """Sequential probes of the idle server (calibrate.py); writes calibration.json. Returns why it could
+    not calibrate (said loudly on progress; the manifest's `calibration` records it), None otherwise.
+    maker: the run's prompt maker, so probes are counted by the run's tokenizer (exact lengths)."""
+    rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4), config.context_limit)
     if not rows:
-        return None
+        return "no probe fits the target's context" if len(schedule) else None
     rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
-    bodies = [backend.body(synthetic_text(r.planned_prompt_tokens, rng), r.max_tokens) for r in rows]
+    maker = maker or PromptMaker(ApproximateTokenizer())
+    bodies = [backend.body(maker.text(r.planned_prompt_tokens, rng, whole=True), r.max_tokens) for r in rows]
     probe_ns = min(config.request_timeout_ns, PROBE_TIMEOUT_NS)
     say(progress, f"calibrating: {len(rows)} sequential probes of the idle server at {redact_url(url)} "
                   f"(prompt lengths {sorted({r.planned_prompt_tokens for r in rows})}; each waits at most "
                   f"{probe_ns / 1e9:g}s, all {CALIBRATION_BUDGET_NS / 1e9:g}s; --no-calibrate skips this)")
+    why = None
     async with make_transport(url, headers, tls, clock) as transport:
         # The warm-up probe alone first: a server that does not answer it is not probed 15 more times.
         for part, drain_ns in ((slice(0, 1), probe_ns), (slice(1, None), CALIBRATION_BUDGET_NS)):
@@ -231,16 +240,18 @@ async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, h
             if await runner.run(stop) == "interrupted":
                 return None  # SIGINT/SIGTERM: the measured run will see `stop` and end at once
             if rows[0].outcome != "ok":
-                say(progress, f"warning: calibration skipped: the first probe ended {rows[0].outcome} "
-                              f"({rows[0].error_kind}); queue and prefill will not be separated")
-                return None
+                why = f"the first probe ({rows[0].planned_prompt_tokens} prompt tokens) ended {probe_failure(rows[0])}"
+                break
     try:
-        calibration = fit([probe_record(r) for r in rows[1:]])
+        calibration = fit([probe_record(r) for r in rows[1:]]) if why is None else None
     except ValueError as e:
-        say(progress, f"warning: calibration failed ({e}); queue and prefill will not be separated")
-        return None
+        why = f"{e} ({'; '.join(sorted({probe_failure(r) for r in rows[1:] if r.outcome != 'ok'}))})"
+    if why is not None or calibration is None:
+        say(progress, f"WARNING: calibration failed: {why}; the report cannot split TTFT into queue and prefill "
+                      f"for this run")
+        return why
     write_json(writer.path / "calibration.json", calibration)
-    return calibration
+    return None
 
 
 def plan_rows(job: Job, t0: int) -> tuple[list[Row], list[bytes], Bodies | None]:

@@ -26,7 +26,7 @@ from loadgen.plan.schedule import build
 from loadgen.results.folder import RunWriter
 from loadgen.run import ray_workers
 from loadgen.run.outcome import RunOutcome, say
-from loadgen.run.prepare import default_out, resolve_target
+from loadgen.run.prepare import default_out, fit_plan, resolve_target
 from loadgen.run.single import run_single
 from loadgen.run.workers import count_for, run_workers
 from loadgen.sim.process import SimProcess
@@ -59,6 +59,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
             url = sim.start()
             say(progress, f"started the built-in simulator at {url}")
         target = resolve_target(config, url, headers, client, sim is not None, progress)
+        schedule = fit_plan(schedule, target.config, progress)  # before anything is sent (plan/context.py)
         run_id = secrets.token_hex(4)
         if config.ray is not None:
             return ray_workers.run_ray(target, schedule, n, writer, run_id, progress)

@@ -20,7 +20,8 @@ from loadgen.plan.bodies import Bodies
 from loadgen.plan.datasets import load_sharegpt
 from loadgen.plan.prompts import PromptMaker, verdict
 from loadgen.plan.schedule import Schedule
-from loadgen.probe.discover import DISCOVER_TIMEOUT_S, discover_model
+from loadgen.plan.context import fit_context
+from loadgen.probe.discover import DISCOVER_TIMEOUT_S, check_model, context_limit, discover_model, served_models
 from loadgen.probe.server_tokenizer import resolve as resolve_tokenizer
 from loadgen.probe.servers import detect as detect_server
 from loadgen.run.outcome import say, say_lengths
@@ -54,7 +55,35 @@ def resolve_target(config: RunConfig, url: str, headers: dict[str, str], client:
         say(progress, f"model: {config.model} (the one the target serves)")
     server = detect_server(url, headers, progress=progress, tls=client.ssl_context())
     say(progress, f"server kind: {server['kind']}" + (f" {server['version']}" if server["version"] else ""))
+    config = check_served(config, url, headers, client, server, progress)
     return Target(config, url, headers, client, builtin_sim, server)
+
+
+def check_served(config: RunConfig, url: str, headers: dict[str, str], client: ClientOptions, server: dict,
+                 progress: TextIO | None) -> RunConfig:
+    """The model checked against the target's list (a model it does not serve: exit 2, naming what it
+    serves), and the target's context limit put into the config (fit_plan fits the plan to it)."""
+    tls = client.ssl_context()
+    served = served_models(url, headers, tls)
+    warning = check_model(config.model, served, server.get("kind"))
+    if warning:
+        say(progress, "WARNING: " + warning)
+    limit, source = context_limit(url, headers, served, config.model, tls)
+    say(progress, f"context limit: {limit} tokens per request ({source})" if limit else
+                  f"context limit: unknown, {source}: over-long prompts are not caught before the run")
+    return with_overrides(config, "target", context_limit=limit, context_source=source)
+
+
+def fit_plan(schedule: Schedule, config: RunConfig, progress: TextIO | None) -> Schedule:
+    """The plan fitted to the target's context limit (plan/context.py; exit 2 naming the rows that do not
+    fit, unless --over-context clip or drop), and a line saying what was clipped or dropped."""
+    fitted = fit_context(schedule, config)
+    c = fitted.info["context"]
+    if c["clipped"] or c["dropped"]:
+        say(progress, f"--over-context {c['policy']}: {c['clipped'] or c['dropped']} of {c['requests_before']} "
+                      f"planned requests {'clipped' if c['clipped'] else 'dropped'} to fit the context of "
+                      f"{c['limit_tokens']} tokens ({c['source']})")
+    return fitted
 
 
 def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | None = None,

@@ -30,10 +30,15 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
         return web.Response(text="")
 
     async def h_models(request):
+        llamacpp = getattr(sim, "emulate", "vllm") == "llamacpp"
+        # vLLM publishes max_model_len per model; llama-server its whole context (all slots) as meta.n_ctx
+        engine = getattr(sim.backend, "engine", None)
+        slots = engine.cfg.max_num_seqs if engine is not None else 1
+        limit = {"meta": {"n_ctx": sim.max_model_len * slots}} if llamacpp else {"max_model_len": sim.max_model_len}
         return json_response({"object": "list", "data": [
             {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9,
-             "owned_by": "llamacpp" if getattr(sim, "emulate", "vllm") == "llamacpp" else "loadgen-sim",
-             "root": sim.model, "parent": None, "max_model_len": sim.max_model_len}]})
+             "owned_by": "llamacpp" if llamacpp else "loadgen-sim",
+             "root": sim.model, "parent": None, **limit}]})
 
     async def h_ollama_tags(request):  # Ollama's model list
         return json_response({"models": [{"name": sim.model, "model": sim.model, "size": 0,

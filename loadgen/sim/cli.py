@@ -110,6 +110,9 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=c("--seed", int), default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
+    p.add_argument("--max-model-len", type=c("--max-model-len", _positive_int), default=None, metavar="N",
+                   help="context limit in tokens (prompt + max_tokens), published in /v1/models and /props "
+                        "and enforced with HTTP 400 (default: the profile's; fixed mode: 1048576)")
     p.add_argument("--processes", type=c("--processes", _positive_int), default=1, metavar="N",
                    help="fixed mode: N processes on one port (SO_REUSEPORT), so that capacity tests are not "
                         "bound by one simulator core; one truth file; /metrics per process (sim/multi.py; "
@@ -194,6 +197,7 @@ def _run_parent(argv: list[str], args) -> int:
 
 def _make_sim(args, faults, child=None):
     import time
+    from dataclasses import replace
 
     from loadgen.sim.server import Sim
     from loadgen.sim.truth import TruthWriter
@@ -204,13 +208,16 @@ def _make_sim(args, faults, child=None):
         from loadgen.sim.generation import FixedBackend
 
         backend = FixedBackend(args.ttft, args.itl, args.speed, faults.stalls, t0_ns)
-        model, max_model_len = args.model or "loadgen-sim-fixed", 1 << 20
+        model, max_model_len = args.model or "loadgen-sim-fixed", args.max_model_len or 1 << 20
+        backend.max_model_len = args.max_model_len
     else:
         from loadgen.sim.driver import EngineBackend
         from loadgen.sim.engine import EngineConfig
         from loadgen.sim.profiles import load_profile
 
         profile = load_profile(args.profile)
+        if args.max_model_len:
+            profile = replace(profile, max_model_len=args.max_model_len)
         cfg = EngineConfig.from_profile(profile, max_num_seqs=args.max_num_seqs,
                                         max_num_batched_tokens=args.max_num_batched_tokens,
                                         kv_capacity_tokens=args.kv_capacity_tokens,

@@ -97,8 +97,12 @@ class FixedBackend:
     def __init__(self, ttft_ns: int, itl_ns: int, speed: float, stalls: list[Stall], sim_t0_ns: int):
         self.ttft_ns, self.itl_ns = round(ttft_ns / speed), round(itl_ns / speed)
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
+        self.max_model_len: int | None = None  # --max-model-len: prompt + max_tokens above it is a 400
 
     def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> Generation:
+        if self.max_model_len is not None and len(prompt) + max_tokens > self.max_model_len:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the model "
+                             f"length ({self.max_model_len} tokens)")
         return FixedGeneration(request_id, arrival_ns, prompt, max_tokens, ttft_ns=self.ttft_ns,
                                itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
 
