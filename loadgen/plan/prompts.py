@@ -10,10 +10,15 @@ Tokenizers (chosen by `prompt.tokenizer`, recorded in the manifest):
     auto         (default) server when the target's /tokenize answers, else approximate with a warning
 
 Whole prompts vs parts: `text(n, rng, whole=True)` makes the request's entire prompt, counted by
-`count_prompt` (what the server's usage will say); parts of a prompt (shared prefixes, blocks, session
-turns) are counted alone by `count`. `verdict()` says whether a run's lengths are exact; a run whose
-lengths are not exact says so on stderr, in the manifest and report, and exits ExitCode.INVALID (3) unless
-`prompt.tokenizer = "approximate"` was asked for.
+`count_prompt` (what the server's usage will say); parts of a prompt (shared prefixes, blocks) are
+counted alone by `count`. A request whose prompt is a message list (a system prompt, a session's history)
+gets its last user message from `fit_last(context, n, rng)`: the text whose whole list, context + that
+message, counts n under `count_messages` (chat: the server's chat template applied with the generation
+prompt, so its per-message tokens and the re-tokenised replies are counted; completions: the contents
+joined by newlines as one whole prompt). That count is what the server's usage.prompt_tokens says.
+`verdict()` says whether a run's lengths are exact; a run whose lengths are not exact says so on stderr,
+in the manifest and report, and exits ExitCode.INVALID (3) unless `prompt.tokenizer = "approximate"` was
+asked for.
 
 Synthetic text: words of 2-letter syllables drawn without repetition from 16^5 = 1,048,576 distinct
 words by a seeded affine walk (index_j = (a + j*b) mod P, P prime, b != 0), so no word repeats within a
@@ -59,6 +64,11 @@ class Tokenizer:
     def count_prompt(self, text: str) -> int:
         """Tokens of `text` sent as a request's whole prompt (special tokens, chat template included)."""
         return self.count(text)
+
+    def count_messages(self, messages: list[dict[str, str]]) -> int:
+        """Tokens of a request's whole message list as the server counts it. Without a chat template to
+        apply (approximate, local) the contents joined by newlines (backends.base.joined) as one prompt."""
+        return self.count_prompt("\n".join(m["content"] for m in messages))
 
     def whitespace_exact(self, count=None) -> bool:
         """True when each whitespace-separated word is one token (the simulator): no search needed."""
@@ -110,6 +120,9 @@ def verdict(tokenizer: Tokenizer, checks: dict, requested: str) -> dict:
         reason = f"no exact tokenizer (prompt.tokenizer = {requested!r} -> {tokenizer.mode})"
     elif not tokenizer.prompt_exact:
         reason = f"the chat template's tokens are not counted ({tokenizer.detail})"
+    elif checks.get("impossible"):
+        reason = (f"{checks['impossible']} prompts cannot be as short as planned: what comes before their own "
+                  f"text (system prompt, chat template) already counts more tokens than their planned length")
     elif checks["checked"] > checks["exact"]:
         reason = (f"{checks['checked'] - checks['exact']} of {checks['checked']} checked prompts have another "
                   f"length than planned (max abs error {checks['max_abs_error']} tokens)")
@@ -128,6 +141,9 @@ def usage_check(lengths: dict, pairs: list[tuple[int, int | None]]) -> None:
         lengths["exact"] = False
         lengths["reason"] = (f"the server counted another prompt length than planned for {len(got) - equal} of "
                              f"{len(got)} requests (max abs error {lengths['usage']['max_abs_error']} tokens)")
+        if lengths.get("turns_impossible"):
+            lengths["reason"] += (f"; {lengths['turns_impossible']} session turns could not be fitted: their "
+                                  f"history alone (chat template included) counted more than planned")
 
 
 def word_walk(rng: np.random.Generator, n: int) -> list[str]:
@@ -153,7 +169,11 @@ class PromptMaker:
     exact: int = 0
     max_abs_error: int = 0
     made: int = 0
+    impossible: int = 0   # fit_last: the context alone already had more tokens than planned
     _ws: dict | None = field(default=None, repr=False)  # whole -> whitespace-exact under that count
+    # fit_last's context key -> tokens of the context with an empty last message, and whether a text of k
+    # words then counts exactly that + k (whitespace-exact parts, a template that never merges with them)
+    _base: dict = field(default_factory=dict, repr=False)
 
     def text(self, n: int, rng: np.random.Generator, whole: bool = False) -> str:
         """Text of exactly n tokens under self.tokenizer (round-trip checked when it is exact); whole: the
@@ -171,10 +191,87 @@ class PromptMaker:
             text = " ".join(words)
             if self.made <= FULL_CHECKS or self.made % CHECK_EVERY == 0:
                 self.check(text, n, count)
+        elif whole:  # one user message (chat) or one prompt (completions): the message-list fit
+            self.made -= 1
+            return self.fit_last([], n, rng, key=("whole",))
         else:
             text = self._fit(n, words, rng, count)
             self.check(text, n, count)
         return text
+
+    def fit_last(self, context: list[dict[str, str]], n: int, rng: np.random.Generator,
+                 key: tuple | None = None) -> str:
+        """The text of a last user message such that context + [that message] counts n tokens under
+        tokenizer.count_messages (as the server counts the whole request); "" and `impossible` counted
+        when the context alone (with an empty message) counts more than n. key names a context that
+        recurs (a shared system prompt): its empty-message count is asked once, and when texts of k words
+        count exactly that + k, later texts are k words with sampled round-trip checks as in text().
+        Otherwise an interpolation search over the word count (count_messages is non-decreasing in it,
+        each word at least one token), then single-token fillers, round-trip checked."""
+        tok, self.made = self.tokenizer, self.made + 1
+
+        def total(text: str) -> int:
+            return tok.count_messages([*context, {"role": "user", "content": text}])
+
+        if key is not None and key in self._base:
+            base, additive = self._base[key]
+        else:
+            base, additive = total(""), False
+        if base > n:
+            self.impossible += 1
+            self._record(base, n)
+            return ""
+        words = word_walk(rng, n - base) if n > base else []
+        if additive:
+            text = " ".join(words)
+            if self.made <= FULL_CHECKS or self.made % CHECK_EVERY == 0:
+                self.check(text, n, total)
+            return text
+        k, have = self._search(words, base, n, total)
+        text = " ".join(words[:k])
+        if key is not None:
+            ws = self._ws if self._ws is not None else {}
+            self._ws = ws
+            if False not in ws:
+                ws[False] = tok.whitespace_exact(tok.count)
+            self._base[key] = (base, ws[False] and have == base + k)
+        if have < n:
+            text, have = self._fill(text, have, n, rng, total)
+        self._record(have, n)
+        return text
+
+    @staticmethod
+    def _search(words: list[str], base: int, n: int, total) -> tuple[int, int]:
+        # Largest k with total(first k words) <= n, and that total: interpolation between a bracket
+        # (exact in one step when each word is one token), bisection after a few steps.
+        lo, f_lo, hi, f_hi = 0, base, len(words) + 1, None
+        k, steps = len(words), 0
+        while lo < hi - 1:
+            f = total(" ".join(words[:k]))
+            if f == n:
+                return k, f
+            if f < n:
+                lo, f_lo = k, f
+            else:
+                hi, f_hi = k, f
+            steps += 1
+            if hi == len(words) + 1:  # no upper bound yet: every word so far fits
+                if lo == len(words):
+                    break
+                k = min(len(words), lo + max(1, n - f_lo))
+            elif f_hi is not None and steps <= 4:
+                k = lo + round((n - f_lo) * (hi - lo) / max(1, f_hi - f_lo))
+                k = min(max(k, lo + 1), hi - 1)
+            else:
+                k = (lo + hi) // 2
+        return lo, f_lo
+
+    def _record(self, have: int, n: int) -> None:
+        # a count already asked of an exact tokenizer: recorded as a round-trip check
+        if self.tokenizer.exact:
+            self.checked += 1
+            self.exact += have == n
+            self.max_abs_error = max(self.max_abs_error, abs(have - n))
 
     def check(self, text: str, n: int, count=None) -> None:
         if not self.tokenizer.exact:
@@ -196,7 +293,11 @@ class PromptMaker:
             else:
                 hi = mid - 1
         text = " ".join(words[:lo])
-        have = count(text)
+        return self._fill(text, count(text), n, rng, count)[0]
+
+    @staticmethod
+    def _fill(text: str, have: int, n: int, rng: np.random.Generator, count) -> tuple[str, int]:
+        # Appends single-token fillers while have < n; (text, its count). Stops short when none fits.
         fillers = list(_FILLERS)
         rng.shuffle(fillers)
         while have < n:
@@ -207,11 +308,12 @@ class PromptMaker:
                     break
             else:
                 break  # no filler adds exactly one token here: leave the text short, the check records it
-        return text
+        return text, have
 
     def summary(self) -> dict:
         return {"prompts": self.made, "checked": self.checked, "exact": self.exact,
-                "max_abs_error": self.max_abs_error}
+                "max_abs_error": self.max_abs_error,
+                **({"impossible": self.impossible} if self.impossible else {})}  # only when some were
 
 
 def synthetic_text(n_tokens: int, rng: np.random.Generator) -> str:
