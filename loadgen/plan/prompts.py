@@ -4,7 +4,10 @@ Tokenizers (chosen by `prompt.tokenizer`, recorded in the manifest):
     server       the target's own tokenize endpoint, its request shape found by probing (vLLM/SGLang,
                  llama.cpp, TGI: server_tokenizer.py); a whole prompt is counted as the server counts
                  it (special tokens; chat template where the server can apply it)
-    local        a tokenizer.json on disk through the `tokenizers` package (never downloaded)
+    local        a tokenizer.json on disk through the `tokenizers` package (never downloaded); for chat, the
+                 model's own template from tokenizer_config.json (or chat_template.jinja) beside it,
+                 rendered as transformers' apply_chat_template renders it (jinja2, the optional `chat`
+                 extra); without one, chat lengths are not exact and the verdict says why
     approximate  no tokenizer: a token is a run of non-whitespace (exact for the simulator, a guess for
                  a real model; each row's server-reported `prompt_tokens` shows the real count)
     auto         (default) server when the target's /tokenize answers, else approximate with a warning
@@ -34,6 +37,7 @@ construction, the first FULL_CHECKS prompts and then every CHECK_EVERY-th (each 
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +90,7 @@ class ApproximateTokenizer(Tokenizer):
 class LocalTokenizer(Tokenizer):
     mode, exact = "local", True
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, api: str = "completions"):
         p = Path(path)
         if not p.is_file():
             raise TokenizerError(
@@ -105,9 +109,67 @@ class LocalTokenizer(Tokenizer):
             raise TokenizerError(f"prompt.tokenizer_file: {p} is not a tokenizer.json the `tokenizers` "
                                  f"package can read: {e}") from None
         self.detail = str(p)
+        self._template = None
+        if api == "chat":
+            self._template, note = local_chat_template(p)
+            self.prompt_exact = self._template is not None
+            self.detail += f"; {note}"
 
     def count(self, text: str) -> int:
         return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count_prompt(self, text: str) -> int:
+        if self._template is None:
+            return self.count(text)
+        return self.count_messages([{"role": "user", "content": text}])
+
+    def count_messages(self, messages: list[dict[str, str]]) -> int:
+        if self._template is None:
+            return super().count_messages(messages)
+        # as apply_chat_template(tokenize=True): the rendered text holds the special tokens itself
+        return len(self._tok.encode(self._template(messages), add_special_tokens=False).ids)
+
+
+def local_chat_template(tokenizer_json: Path):
+    """(render(messages) -> the prompt text, a note for `detail`) from the model's chat template beside its
+    tokenizer.json (chat_template.jinja, else tokenizer_config.json's `chat_template`, its `default` when
+    it names several), rendered as transformers does (a sandboxed jinja2 environment, trim_blocks,
+    lstrip_blocks, bos_token/eos_token, add_generation_prompt); (None, why not) when there is none."""
+    folder = tokenizer_json.parent
+    cfg_path, jinja_path = folder / "tokenizer_config.json", folder / "chat_template.jinja"
+    try:
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        source = jinja_path.read_text() if jinja_path.is_file() else cfg.get("chat_template")
+    except (OSError, ValueError) as e:
+        raise TokenizerError(f"prompt.tokenizer_file: cannot read the chat template beside it: {e}") from None
+    if isinstance(source, list):  # [{"name", "template"}, ...]
+        source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not isinstance(source, str):
+        return None, (f"chat template tokens NOT counted: no chat_template in {cfg_path} (or {jinja_path.name}) "
+                      f"beside the tokenizer")
+    try:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        return None, "chat template tokens NOT counted: the model's template needs jinja2 (pip install jinja2)"
+
+    def raise_exception(message):
+        raise TokenizerError(f"the chat template in {folder} refused the messages: {message}")
+
+    def special(name: str) -> str:
+        v = cfg.get(name)
+        return v.get("content", "") if isinstance(v, dict) else v if isinstance(v, str) else ""
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        template = env.from_string(source)
+    except Exception as e:  # noqa: BLE001 - jinja2's TemplateSyntaxError and friends
+        raise TokenizerError(f"the chat template in {folder} does not parse: {e}") from None
+    tokens = {"bos_token": special("bos_token"), "eos_token": special("eos_token")}
+
+    def render(messages: list[dict[str, str]]) -> str:
+        return template.render(messages=messages, add_generation_prompt=True, **tokens)
+    return render, f"chat template from {jinja_path if jinja_path.is_file() else cfg_path}"
 
 
 

@@ -178,7 +178,7 @@ def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "
     if mode == "approximate":
         return ApproximateTokenizer(), None
     if mode == "local":
-        return LocalTokenizer(tokenizer_file or ""), None
+        return LocalTokenizer(tokenizer_file or "", api), None
     if url is None:
         if mode == "server":
             raise TokenizerError("prompt.tokenizer = \"server\" needs a target (--url)")

@@ -134,3 +134,37 @@ def test_a_body_sent_is_the_plan_seen_by_the_server(vllm_sim):
         msgs = orjson.loads(body)["messages"]
         assert post(vllm_sim.url, "/tokenize", {"messages": msgs})[1]["count"] == n
     assert info["prompt_lengths"]["exact"]
+
+
+SIM_TEMPLATE = ("<|begin|> {% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def local_tokenizer(folder: Path, template: str | None) -> Path:
+    # a word-level tokenizer.json (one token a word, as the simulator's) and, when given, the model's chat
+    # template beside it in tokenizer_config.json, as a model folder ships them
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    folder.mkdir()
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(folder / "tokenizer.json"))
+    if template is not None:
+        (folder / "tokenizer_config.json").write_bytes(orjson.dumps({"chat_template": template, "bos_token": "<s>"}))
+    return folder / "tokenizer.json"
+
+
+@pytest.mark.parametrize("template", [SIM_TEMPLATE, None])
+def test_a_local_tokenizer_counts_with_the_models_own_template(tmp_path, vllm_sim, template):
+    path = local_tokenizer(tmp_path / "model", template)
+    old = 'max = 1600 }   # includes the 1,000 shared tokens'
+    w = shipped(tmp_path, "shared-system-prompt",
+                **{old: old + f'\ntokenizer = "local"\ntokenizer_file = "{path}"'})
+    r, err = run(tmp_path, vllm_sim, w, "--requests", "12", "--rate", "30/s", code=0 if template else 3)
+    assert r.manifest["workload"]["tokenizer"]["mode"] == "local"
+    if template:
+        assert_exact(r)
+        assert "chat template from" in r.manifest["workload"]["tokenizer"]["detail"]
+    else:  # no template beside it: said before the run, and the server's counts show it
+        lengths = r.manifest["workload"]["prompt_lengths"]
+        assert not lengths["exact"] and "chat template tokens NOT counted" in lengths["reason"]
+        assert "chat template tokens NOT counted" in err
