@@ -20,11 +20,16 @@ Contract:
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
   started become `cancelled`. Every row gets exactly one outcome;
 - session turns: a row with `after` = the idx of an earlier row is skipped by the dispatch
-  loop; when that row finishes ok, this row's intended_ns becomes its done_ns + think_ns, its body is
-  rebuilt by `next_body(i, prev_row, prev_reads) -> (body, planned_prompt_tokens)` (the history), and it
-  is dispatched at that time like any other (same concurrency cap). If the earlier row failed, the rest
-  of the conversation is `dropped` (error_kind session_broken). The dispatch phase (and so the drain
-  timer) ends when every turn has been dispatched or dropped;
+  loop; when that row finishes ok, this row's body is rebuilt by `next_body(i, prev_row, prev_reads) ->
+  (body, planned_prompt_tokens)` (the history; with next_body_blocks, when it asks the server to count
+  the messages, it runs in a thread of its own, one turn at a time, never on the event loop; otherwise
+  it is quick and runs on the loop), and its intended_ns becomes
+  max(done_ns + think_ns, the time its body was ready): the client's preparation is never counted in the
+  turn's latency, and delays the turn only when it takes longer than the think time (`prepare_ns`
+  holds how long each took). It is then dispatched like any other (same concurrency cap). If the
+  earlier row failed, or its body could not be built, the rest of the conversation is `dropped`
+  (error_kind session_broken). The dispatch phase (and so the drain timer) ends when every turn has
+  been dispatched or dropped;
 - `rows` is the recorder's list: a finished row's slot may become None once it is flushed
   (Recorder.release), so the runner reads a row from it only while that row is not finished.
 """
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from array import array
+from concurrent.futures import ThreadPoolExecutor
 from collections import deque
 from collections.abc import Callable, MutableSequence, Sequence
 
@@ -54,7 +60,8 @@ class Runner:
                  transport: Transport, clock: Clock, recorder: Recorder, *, max_concurrency: int = 0,
                  request_timeout_ns: int = default("request_timeout_ns"),
                  drain_timeout_ns: int = default("drain_timeout_ns"),
-                 headers: dict[str, str] | None = None, next_body: NextBody | None = None):
+                 headers: dict[str, str] | None = None, next_body: NextBody | None = None,
+                 next_body_blocks: bool = False):
         self.rows, self.bodies = rows, bodies
         self.backend, self.transport, self.clock, self.recorder = backend, transport, clock, recorder
         self.max_concurrency = max_concurrency
@@ -71,7 +78,7 @@ class Runner:
         self._dispatch_done = False
         self._idle = asyncio.Event()
         self._cut_off_as: tuple[str, str] = (INTERRUPTED, ErrorKind.INTERRUPTED)  # (outcome, error_kind)
-        self._sessions_init(next_body)
+        self._sessions_init(next_body, next_body_blocks)
 
     async def run(self, stop: asyncio.Event) -> str:
         """Returns "complete" or "interrupted"."""
@@ -95,6 +102,8 @@ class Runner:
         finally:
             dispatcher.cancel()
             stopped.cancel()
+            if self._prepare is not None:  # a turn being built is abandoned (its row was cut off)
+                self._prepare.shutdown(wait=False, cancel_futures=True)
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
@@ -223,7 +232,7 @@ class Runner:
                 self._release_next(row, reads)
 
     # --- session turns ---------------------------------------------------------------------------
-    def _sessions_init(self, next_body: NextBody | None) -> None:
+    def _sessions_init(self, next_body: NextBody | None, blocks: bool) -> None:
         self.next_body = next_body
         pos = {r.idx: i for i, r in enumerate(self.rows)}
         self._next_turn = {r.after: i for i, r in enumerate(self.rows) if r.after is not None}
@@ -232,6 +241,10 @@ class Runner:
         self._turns_left = len(self._next_turn)
         self._turns_dispatched = asyncio.Event()
         self._turn_timers: set[asyncio.Task[None]] = set()
+        self.prepare_ns: array[int] = array("q")  # per built turn: ns from its request to its body ready
+        # next_body's thread: one, so the bodies' builder (and its tokenizer's connection) is never shared
+        self._prepare = (ThreadPoolExecutor(1, thread_name_prefix="loadgen-turns")
+                         if next_body is not None and blocks and self._turns_left else None)
         if not self._turns_left:
             self._turns_dispatched.set()
 
@@ -244,25 +257,44 @@ class Runner:
         j = self._next_turn.get(self._pos[row.idx])
         if j is None or self._idle.is_set():
             return  # no next turn, or the run is being cut off (rows left unstarted get their outcome there)
-        nxt = self.rows[j]
         if row.outcome != OK:
-            while True:  # the conversation ends here: every later turn is dropped
-                nxt.fail(DROPPED, ErrorKind.SESSION_BROKEN, f"turn {row.turn} of this conversation ended {row.outcome}")
-                self.recorder.finish(nxt)
-                self._turn_settled()
-                k = self._next_turn.get(j)
-                if k is None:
-                    return
-                j, nxt = k, self.rows[k]
-        nxt.intended_ns = row.done_ns + nxt.think_ns  # type: ignore[operator]  # a finished row has done_ns
-        if self.next_body is not None:
-            body, nxt.planned_prompt_tokens = self.next_body(j, row, reads)
-            self.bodies[j] = body
-        timer = asyncio.create_task(self._dispatch_turn(j))
+            self._drop_from(j, f"turn {row.turn} of this conversation ended {row.outcome}")
+            return
+        timer = asyncio.create_task(self._dispatch_turn(j, row, reads))
         self._turn_timers.add(timer)
         timer.add_done_callback(self._turn_timers.discard)
 
-    async def _dispatch_turn(self, j: int) -> None:
+    def _drop_from(self, j: int | None, detail: str) -> None:
+        while j is not None:  # the conversation ends here: this turn and every later one are dropped
+            nxt = self.rows[j]
+            nxt.fail(DROPPED, ErrorKind.SESSION_BROKEN, detail)
+            self.recorder.finish(nxt)
+            self._turn_settled()
+            j = self._next_turn.get(j)
+
+    async def _dispatch_turn(self, j: int, prev: Row, reads: list[bytes]) -> None:
+        nxt = self.rows[j]
+        due_ns = prev.done_ns + nxt.think_ns  # type: ignore[operator]  # a finished row has done_ns
+        if self.next_body is not None and self._prepare is not None:
+            begin_ns = self.clock.now_ns()
+            try:
+                body, planned = await asyncio.get_running_loop().run_in_executor(
+                    self._prepare, self.next_body, j, prev, reads)
+            except Exception as e:  # noqa: BLE001 - any failure to build the body still yields the rows
+                self._drop_from(j, f"the body of turn {nxt.turn} could not be built: {type(e).__name__}: {e}")
+                return
+            ready_ns = self.clock.now_ns()
+            self.prepare_ns.append(ready_ns - begin_ns)
+            nxt.planned_prompt_tokens, self.bodies[j] = planned, body
+            due_ns = max(due_ns, ready_ns)
+        elif self.next_body is not None:
+            try:
+                body, nxt.planned_prompt_tokens = self.next_body(j, prev, reads)
+            except Exception as e:  # noqa: BLE001 - as above
+                self._drop_from(j, f"the body of turn {nxt.turn} could not be built: {type(e).__name__}: {e}")
+                return
+            self.bodies[j] = body
+        nxt.intended_ns = due_ns
         await self.clock.sleep_until(self.rows[j].intended_ns)
         if self.max_concurrency and len(self.in_flight) >= self.max_concurrency:
             self.waiting.append((j, self.clock.now_ns()))

@@ -1,19 +1,26 @@
 """Request bodies from the plan: synthetic or dataset text of the planned token counts, shared prefixes,
 Mooncake prefix blocks, and the growing history of multi-turn sessions.
 
-Text rules (counts under the run's tokenizer, see prompts.py; a request's text that is its whole prompt
-is counted as the server counts a whole prompt, every other piece alone):
-- a request without a shared prefix sends `new_tokens` of its own text;
+Text rules (counts under the run's tokenizer, see prompts.py). The planned length of a request is its
+whole prompt as the server counts it (usage.prompt_tokens: chat template, special tokens, every message):
+the last user message's text is fitted to it (PromptMaker.fit_last); shared pieces are counted alone:
+- a request without a shared prefix sends `new_tokens` of its own text (its whole prompt);
 - a request in prefix group g sends the group's K-token text first: as a system message (chat), or
   followed by a newline and its own text (completions); every request of group g sends the same
-  K tokens, generated once from (seed, g);
+  K tokens (counted alone), generated once from (seed, g); its own text is fitted so that the whole
+  request counts the planned K + new_tokens;
 - Mooncake replay: the prompt is the concatenation of its 512-token blocks, block h generated from
   (seed, h), so rows with equal leading hash_ids share exactly those blocks; the last block is cut to
   the row's input_length;
 - a session's turn t sends [prefix] + u_0, r_0, ..., u_(t-1), r_(t-1), u_t, where u are this session's
   user messages and r the server's actual replies (text taken from the stream), so the prompt grows
-  by what the server really said. Its planned_prompt_tokens becomes prefix + sum(u) + sum(reply
-  usage tokens) when the turn is sent.
+  by what the server really said. Its planned_prompt_tokens is the previous turn's planned prompt +
+  that turn's reply (its usage completion tokens) + new_tokens of turn t: u_t is fitted, when the turn
+  is built (next_turn, after r_(t-1) has arrived; the runner calls it off the event loop), so that the
+  whole list counts that. So the template's per-message tokens and the replies' re-tokenisation come out
+  of u_t, and every turn's usage.prompt_tokens equals its plan; when the history alone already counts
+  more, u_t is empty and the turn's count is off (prompt_checks.impossible; the run's verdict says so).
+  ShareGPT turns (a dataset's text) are sent as they are.
 """
 from __future__ import annotations
 
@@ -34,7 +41,13 @@ class Bodies:
         self.user_text: list[str] = []
         # session history per row that has a next turn: list of (role, text); filled at run time
         self._history: dict[int, list[tuple[str, str]]] = {}
-        self._history_tokens: dict[int, int] = {}
+        self.turns_impossible = 0  # next_turn: turns whose history alone counted more than planned
+
+    @property
+    def blocking(self) -> bool:
+        """next_turn may wait on the network (the server counts the messages): the runner calls it in a
+        thread. A local or approximate count is quick and stays on the event loop."""
+        return self.maker.tokenizer.mode == "server"
 
     def _rng(self, *key: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence([self.seed, 3, *key]))
@@ -54,16 +67,28 @@ class Bodies:
         """Bodies for every row; a later turn's body is a placeholder until its previous turn ends."""
         s, out = self.s, []
         for i in range(len(s)):
-            own = self._own_text(i)
-            self.user_text.append(own)
-            if s.after[i] != NONE:
+            if s.after[i] != NONE:  # a later turn: its text is fitted to the history when it is built
+                self.user_text.append(self._dataset_text(i) or "")
                 out.append(b"")
                 continue
-            prefix = self.prefix_text(int(s.prefix_group[i])) if s.prefix_group[i] != NONE and s.prefix_tokens else ""
+            prefix = self._prefix_of(i)
+            own = self._own_text(i, prefix)
+            self.user_text.append(own)
             out.append(self._body(prefix, [("user", own)], int(s.max_tokens[i])))
         return out
 
-    def _own_text(self, i: int) -> str:
+    def _prefix_of(self, i: int) -> str:
+        s = self.s
+        return self.prefix_text(int(s.prefix_group[i])) if s.prefix_group[i] != NONE and s.prefix_tokens else ""
+
+    def _dataset_text(self, i: int) -> str | None:
+        s = self.s
+        if s.conversation[i] != NONE and self.convs is not None:
+            turns = self.convs.human_turns[int(s.conversation[i])]
+            return turns[max(int(s.turn[i]), 0) % len(turns)]
+        return None
+
+    def _own_text(self, i: int, prefix: str) -> str:
         s = self.s
         n = int(s.new_tokens[i])
         if s.conversation[i] != NONE and self.convs is not None:
@@ -81,10 +106,13 @@ class Bodies:
             if left > 0:  # longer than its blocks say: the rest is private text
                 parts.append(self.maker.text(left, self._rng(4, i)))
             return " ".join(parts)
-        # The request's whole prompt (no shared prefix, no session): counted as the server counts it,
-        # special tokens and chat template included (prompts.py); parts are counted alone.
-        whole = (s.prefix_group[i] == NONE or not s.prefix_tokens) and s.session[i] == NONE
-        return self.maker.text(n, self._rng(0, i), whole=bool(whole))
+        if prefix:  # the whole request (system prompt + this text) counts the planned prompt
+            group = int(s.prefix_group[i])
+            return self.maker.fit_last([{"role": "system", "content": prefix}], int(s.prompt_tokens[i]),
+                                       self._rng(0, i), key=("prefix", group))
+        # The request's whole prompt: counted as the server counts it, special tokens and chat template
+        # included (prompts.py).
+        return self.maker.text(n, self._rng(0, i), whole=True)
 
     def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by
@@ -95,15 +123,22 @@ class Bodies:
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
         """Body of row j, the turn after prev_row, built when prev_row's reply is complete; and its
-        planned prompt tokens (prefix + user messages + the replies' usage counts)."""
+        planned prompt tokens: prev_row's planned prompt + its reply's usage count + new_tokens[j], which
+        the whole message list is fitted to (module docstring). May ask the server to count (a blocking
+        /tokenize): the runner calls it off its event loop, one turn at a time."""
         s, p = self.s, prev_row.idx
         history = self._history.pop(p, [("user", self.user_text[p])]) + [
             ("assistant", self.backend.reply_text(prev_reads))]
-        tokens = self._history_tokens.pop(p, int(s.new_tokens[p])) + int(prev_row.output_tokens or 0)
-        messages = history + [("user", self.user_text[j])]
-        self._history[j], self._history_tokens[j] = messages, tokens + int(s.new_tokens[j])
-        has_prefix = s.prefix_group[j] != NONE and s.prefix_tokens
-        prefix = self.prefix_text(int(s.prefix_group[j])) if has_prefix else ""
-        return self._body(prefix, messages, int(s.max_tokens[j])), \
-            (s.prefix_tokens if has_prefix else 0) + tokens + int(s.new_tokens[j])
+        planned = int(prev_row.planned_prompt_tokens) + int(prev_row.output_tokens or 0) + int(s.new_tokens[j])
+        prefix = self._prefix_of(j)
+        text = self._dataset_text(j)
+        if text is None:
+            context = [{"role": "system", "content": prefix}] if prefix else []
+            context += [{"role": role, "content": t} for role, t in history]
+            before = self.maker.impossible
+            text = self.maker.fit_last(context, planned, self._rng(0, j))
+            self.turns_impossible += self.maker.impossible - before
+        messages = history + [("user", text)]
+        self._history[j] = messages
+        return self._body(prefix, messages, int(s.max_tokens[j])), planned
 

@@ -15,8 +15,10 @@ and larger for the longer text. An empty or implausible answer is never taken as
 
 Counts: `count(text)` counts text alone (no special tokens; for parts of a prompt), `count_prompt(text)`
 counts it the way the server will count the request's whole prompt through `api` (completions: with
-BOS/special tokens; chat: one user message with the template). `prompt_exact` is False where the
-server cannot count that (TGI chat); the run then says its lengths are not exact.
+BOS/special tokens; chat: one user message with the template), `count_messages(messages)` a whole
+message list so (chat: system prompt, history and the new user message in one /tokenize `messages` call,
+or llama.cpp's /apply-template then /tokenize; completions: the contents joined by newlines).
+`prompt_exact` is False where the server cannot count that (TGI chat); the run then says its lengths are not exact.
 Every request has a total deadline (probe_http.py); the probe says on stderr what it waits for.
 """
 from __future__ import annotations
@@ -35,10 +37,15 @@ PROBE_TIMEOUT_S = 5.0
 _PROBE_TEXTS = ("kalo mine rusa tevo", "kalo mine rusa tevo zupe diha jifu bevo")
 
 
-def plausible(text: str, n: int | None) -> bool:
+# Tokens a chat template may add per message (role headers, end markers) and once (BOS, a default system
+# prompt, the generation prompt), for the plausibility of a message-list count.
+TEMPLATE_SLACK_PER_MESSAGE, TEMPLATE_SLACK = 32, 256
+
+
+def plausible(text: str, n: int | None, slack: int = 16) -> bool:
     # A real tokenizer gives >= 1 token for non-empty text and at most ~1 per byte (byte fallback) plus
-    # a few special tokens.
-    return n is not None and (n >= 1 if text.strip() else n >= 0) and n <= len(text.encode()) + 16
+    # a few special tokens (slack).
+    return n is not None and (n >= 1 if text.strip() else n >= 0) and n <= len(text.encode()) + slack
 
 
 def tokens_in(shape: str, status: int, data: bytes) -> int | None:
@@ -117,10 +124,10 @@ class ServerTokenizer(Tokenizer):
             raise TokenizerError(str(e)) from e
         return status, data
 
-    def _count(self, body: dict, text: str) -> int:
+    def _count(self, body: dict, text: str, slack: int = 16) -> int:
         status, data = self._ask("/tokenize", body)
         n = tokens_in(self.shape, status, data)
-        if n is None or not plausible(text, n):
+        if n is None or not plausible(text, n, slack):
             raise TokenizerError(f"{self.detail}: HTTP {status}, not a plausible tokenize answer for "
                                  f"{len(text)} chars: {data[:120]!r}")
         return n
@@ -140,11 +147,19 @@ class ServerTokenizer(Tokenizer):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:
             return self.count(text)
-        messages = [{"role": "user", "content": text}]
+        return self.count_messages([{"role": "user", "content": text}])
+
+    def count_messages(self, messages: list[dict[str, str]]) -> int:
+        text = "\n".join(m["content"] for m in messages)  # backends.base.joined: a completions prompt
+        if self.api != "chat":
+            return self._count(self._body(text, True), text)
+        if not self.prompt_exact:
+            return self.count(text)  # TGI: the template's tokens cannot be counted (the verdict says so)
+        slack = TEMPLATE_SLACK + TEMPLATE_SLACK_PER_MESSAGE * len(messages)
         if self.shape == "vllm":
             body = {**({"model": self.model} if self.model else {}), "messages": messages,
                     "add_generation_prompt": True}
-            return self._count(body, text)
+            return self._count(body, text, slack)
         status, data = self._ask("/apply-template", {"messages": messages})
         try:
             templated = orjson.loads(data).get("prompt") if status == 200 else None
@@ -153,7 +168,7 @@ class ServerTokenizer(Tokenizer):
         if not isinstance(templated, str):
             raise TokenizerError(f"{self._probe.base}/apply-template: HTTP {status}, no templated prompt: "
                                  f"{data[:120]!r}")
-        return self._count({"content": templated, "add_special": True, "parse_special": True}, templated)
+        return self._count({"content": templated, "add_special": True, "parse_special": True}, templated, slack)
 
     def describe(self) -> dict:
         return {**super().describe(), "shape": self.shape, "prompt_exact": self.prompt_exact}
@@ -165,7 +180,7 @@ def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "
     if mode == "approximate":
         return ApproximateTokenizer(), None
     if mode == "local":
-        return LocalTokenizer(tokenizer_file or ""), None
+        return LocalTokenizer(tokenizer_file or "", api), None
     if url is None:
         if mode == "server":
             raise TokenizerError("prompt.tokenizer = \"server\" needs a target (--url)")

@@ -130,7 +130,8 @@ def combined_status(statuses: list[str]) -> str:
 
 
 def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
-    """The self-check's figures with the processes' own: worst loop lateness, summed CPU, chunks, out-of-range."""
+    """The self-check's figures with the processes' own: worst loop lateness, summed CPU, chunks, out-of-range,
+    the session turns built during the run (session_turns)."""
     gens = [r["generator"] for r in records if r.get("generator")]
     generator = dict(verdict.generator)
     late = [g["loop_lateness_ms"] for g in gens if (g.get("loop_lateness_ms") or {}).get("p99") is not None]
@@ -142,7 +143,22 @@ def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
         for m, n in (g.get("out_of_range") or {}).items():
             out[m] = out.get(m, 0) + int(n or 0)
     generator["out_of_range"] = out
+    turns = session_turns(records)
+    if turns:
+        generator["session_turns"] = turns
     return generator
+
+
+def session_turns(records: list[dict]) -> dict | None:
+    """The processes' `generator.session_turns` (inprocess.py) summed: turns built during the run (their
+    bodies fitted to the server's count of the history, runner.py), the time that took, impossible fits."""
+    parts = [r["generator"]["session_turns"] for r in records if (r.get("generator") or {}).get("session_turns")]
+    if not parts:
+        return None
+    built = sum(p["built"] for p in parts)
+    return {"built": built, "prepare_mean_ms": sum(p["prepare_mean_ms"] * p["built"] for p in parts) / built,
+            "prepare_max_ms": max(p["prepare_max_ms"] for p in parts),
+            "impossible": sum(p["impossible"] for p in parts)}
 
 
 def calibration_note(config: RunConfig, path: Path, records: list[dict] | None = None) -> str:
@@ -164,6 +180,9 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     path = writer.path
     status = combined_status([r["status"] for r in records])
     lengths = facts.workload.get("prompt_lengths")
+    impossible = (session_turns(records) or {}).get("impossible")
+    if lengths is not None and impossible:
+        lengths["turns_impossible"] = impossible  # named in the usage check's reason
     verdict = judge(facts.config, requests, status, lengths, launcher_reasons)
     generator = combine_generators(verdict, records)
     if workers is not None:

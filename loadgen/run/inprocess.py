@@ -150,7 +150,8 @@ async def measure(job: Job) -> Measured:
                             max_concurrency=config.max_concurrency,
                             request_timeout_ns=config.request_timeout_ns,
                             drain_timeout_ns=config.drain_timeout_ns,
-                            next_body=shaper.next_turn if shaper is not None else None)
+                            next_body=shaper.next_turn if shaper is not None else None,
+                            next_body_blocks=shaper is not None and shaper.blocking)
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
@@ -178,6 +179,10 @@ async def measure(job: Job) -> Measured:
     generator = {"loop_lateness_ms": _lateness(lateness_ns), "cpu_s": cpu_s,
                  "chunks": int(requests["n_chunks"].sum()),
                  "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
+    prepared = getattr(runner, "prepare_ns", None)  # session turns built during the run (runner.py)
+    if prepared and shaper is not None:
+        generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
+                                      "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
     return Measured(status, started, requests, generator, scrape,
                     _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed)
 

@@ -131,9 +131,14 @@ class _Shaper:
     # Runner passes positions in its (partial) row list; Bodies.next_turn wants the plan's indices.
     def __init__(self, shaper, rows):
         self.shaper, self.rows = shaper, rows
+        self.blocking = shaper.blocking
 
     def next_turn(self, j: int, prev_row, prev_reads):
         return self.shaper.next_turn(self.rows[j].idx, prev_row, prev_reads)
+
+    @property
+    def turns_impossible(self) -> int:
+        return self.shaper.turns_impossible
 
 
 class PartWriter(RunWriter):

@@ -120,6 +120,10 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--emulate", choices=["vllm", "llamacpp"], default="vllm",
                    help="whose shapes the tokenize endpoints, /props, /v1/models and the OpenAI stream's last "
                         "chunk take (sim/tokenize_api.py; default vllm)")
+    p.add_argument("--chat-template", choices=["none", "sim"], default="none",
+                   help="how chat messages become the prompt: none (their contents, no extra tokens) or sim "
+                        "(a role marker and an end marker per message and a generation prompt, 2 tokens a "
+                        "message + 2, as a real template adds; sim/tokenizer.py; default none)")
     return p
 
 
@@ -235,6 +239,7 @@ def _make_sim(args, faults, child=None):
     sim.t0_ns = t0_ns
     sim.process_index = child["index"] if child else 0
     sim.emulate = args.emulate
+    sim.chat_template = args.chat_template
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

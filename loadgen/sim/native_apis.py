@@ -101,7 +101,7 @@ class OllamaChat(_Ollama):
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         try:
-            text = tokenizer.chat_prompt_text(body.get("messages"))
+            text = tokenizer.chat_prompt_text(body.get("messages"), getattr(sim, "chat_template", "none"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return self._parse(body, sim, text)

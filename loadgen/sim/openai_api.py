@@ -146,7 +146,7 @@ class ChatCompletions(_OpenAI):
     def parse(self, body, sim) -> Parsed:
         stream, include_usage, continuous, model = _common(body)
         try:
-            text = tokenizer.chat_prompt_text(body.get("messages"))
+            text = tokenizer.chat_prompt_text(body.get("messages"), getattr(sim, "chat_template", "none"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),

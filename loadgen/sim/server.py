@@ -102,6 +102,7 @@ class Sim:
         self.per_request_metrics = per_request_metrics
         self.max_model_len = max_model_len
         self.emulate = "vllm"  # vllm | llamacpp: the shapes of sim/tokenize_api.py (--emulate)
+        self.chat_template = "none"  # none | sim: how chat messages become the prompt (--chat-template)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished

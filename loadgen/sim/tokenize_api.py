@@ -11,8 +11,9 @@ llamacpp (llama-server, tools/server: handle_tokenize, handle_apply_template, ha
     llama-server answers it. POST /detokenize {"tokens"} -> {"content"}. POST /apply-template
     {"messages"} -> {"prompt"}. GET /props -> default_generation_settings, total_slots, model_path,
     build_info.
-The sim's tokenizer has no special tokens and no chat template (sim/tokenizer.py): add_special_tokens,
-add_special and add_generation_prompt change nothing, and a templated prompt is the messages' text.
+The sim's tokenizer has no special tokens (sim/tokenizer.py): add_special_tokens and add_special change
+nothing. Its chat template is `--chat-template` (none: a templated prompt is the messages' text, and
+add_generation_prompt changes nothing; sim: role and end markers per message, see sim/tokenizer.py).
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def _vllm_tokenize(sim):
         try:
             body = await _body(request)
             if isinstance(body.get("messages"), list):
-                ids = tokenizer.encode(tokenizer.chat_prompt_text(body["messages"]))
+                gen = body.get("add_generation_prompt", True) is not False  # vLLM's default: True
+                ids = tokenizer.encode(tokenizer.chat_prompt_text(body["messages"], sim.chat_template, gen))
             elif isinstance(body.get("prompt"), str):
                 ids = tokenizer.encode(body["prompt"])
             else:
@@ -114,7 +116,8 @@ def _llamacpp_detokenize(sim):
 def _llamacpp_apply_template(sim):
     async def h(request):
         try:
-            return json_response({"prompt": tokenizer.chat_prompt_text((await _body(request)).get("messages"))})
+            messages = (await _body(request)).get("messages")
+            return json_response({"prompt": tokenizer.chat_prompt_text(messages, sim.chat_template)})
         except ValueError as e:
             return _llamacpp_error(str(e))
     return h

@@ -3,7 +3,12 @@
 Rule: a token is a maximal run of non-whitespace characters, `re.findall(r"\\S+", text)`.
 So "Hello,  world!\\n" is 2 tokens; whitespace never counts. For chat requests the prompt's tokens
 are the sum over messages of the tokens of `content` (a string, or a list of parts whose `text`
-fields are counted); roles and the chat template add nothing.
+fields are counted); roles and the chat template add nothing, unless the simulator runs with
+`--chat-template sim`: then a chat prompt is the rendered text of TEMPLATES["sim"], which brackets every
+message in a role marker and an end marker and ends with the assistant marker (the generation prompt):
+    <|begin|> <|system|> {content} <|end|> <|user|> {content} <|end|> <|assistant|>
+so a list of m messages costs 1 + 2m + 1 tokens on top of its contents, as a real template adds tokens
+per message; /tokenize with `messages`, llama.cpp's /apply-template and every chat endpoint use it.
 
 Token ids: the first 8 bytes of BLAKE2b(word as UTF-8, digest_size=8), read little-endian,
 modulo VOCAB_SIZE (128256, Llama 3's vocabulary). Distinct words may share an id; /detokenize
@@ -65,12 +70,23 @@ def message_text(content: Any) -> str:
     raise ValueError("message content must be a string or a list of parts")
 
 
-def chat_prompt_text(messages: Any) -> str:
+TEMPLATES = ("none", "sim")
+
+
+def chat_prompt_text(messages: Any, template: str = "none", add_generation_prompt: bool = True) -> str:
+    """The prompt text of a chat request's messages under `template` (TEMPLATES; see the module docstring)."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("'messages' must be a non-empty list")
-    parts = []
+    parts: list[str] = []
     for m in messages:
         if not isinstance(m, dict):
             raise ValueError("each message must be an object")
-        parts.append(message_text(m.get("content")))
+        if template == "sim":
+            parts.extend((f"<|{m.get('role')}|>", message_text(m.get("content")), "<|end|>"))
+        else:
+            parts.append(message_text(m.get("content")))
+    if template == "sim":
+        parts.insert(0, "<|begin|>")
+        if add_generation_prompt:
+            parts.append("<|assistant|>")
     return " ".join(parts)  # joined with a space so words never merge across messages

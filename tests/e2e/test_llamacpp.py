@@ -194,3 +194,34 @@ def test_queueing_beyond_slots(llama, tmp_path):
     FIGURES[f"burst 8 at once, -np {SLOTS}: wait beyond prompt_ms ms (first {SLOTS} / max)"] = (
         round(max(first), 1), round(max(rest), 1))
     FIGURES["burst: max llamacpp:requests_deferred"] = float(deferred.max())
+
+
+def test_multi_turn_chat_with_a_system_prompt_exact(llama, tmp_path):
+    # Every message of the list counted as llama-server counts it (/apply-template, then /tokenize): the
+    # template's per-message tokens, the system prompt and each real reply, re-tokenised, included; the
+    # last user message is fitted so that each turn's usage.prompt_tokens equals its plan. The tiny model's
+    # template is ChatML over an SPM vocabulary without its markers: 28 tokens for one empty message, 19
+    # more a message, so every user message is planned longer than that (the fit takes them out of it).
+    wl = workload(tmp_path, "sessions", "chat", """
+        [arrivals]
+        process = "poisson"
+        rate = "2/s"
+        [prompt]
+        tokens = { dist = "uniform", min = 80, max = 120 }
+        [output]
+        tokens = 16
+        [prefix]
+        tokens = 40
+        groups = 1
+        fraction = 1.0
+        [session]
+        turns = 3
+        think_ms = 50
+        """)
+    r, _ = run(llama, wl, tmp_path / "sessions", "--requests", "3")
+    df = check_rows(r, 9, 16)
+    assert sorted(set(df["turn"].to_list())) == [0, 1, 2]
+    turns = r.manifest["generator"]["session_turns"]
+    assert turns["built"] == 6 and turns["impossible"] == 0
+    FIGURES["session turn prepare (llama-server /apply-template + /tokenize), mean/max ms"] = (
+        round(turns["prepare_mean_ms"], 1), round(turns["prepare_max_ms"], 1))
