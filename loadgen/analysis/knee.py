@@ -7,7 +7,7 @@ latency_ms ({metric: {p50, p99, ...}}), goodput and, when the server was scraped
 A valid point is *saturated* (docs/sweep-and-compare.md, "Knee") when any of these holds, each against the
 lowest-rate valid point (the base):
   completions  completed_per_s < (1 - tolerance) x offered_per_s (the backlog grows: the server falls behind)
-  queueing     TTFT p50 > ttft_factor x the base's (requests wait before their first token)
+  ttft         TTFT p50 > ttft_factor x the base's (requests queue for a seat, or every step is slower)
   tpot         TPOT p50 > tpot_factor x the base's (the batch grows and every step slows: with vLLM's
                defaults overload shows here, not as a queue)
   server_waiting  the server's own waiting gauge (vllm:num_requests_waiting) averages >= waiting_mean
@@ -24,7 +24,7 @@ WAITING_MEAN = 1.0
 # than this share of its requests failed, over-saturated when it completes under this share of its offers.
 ERROR_DOMINATED = 0.5
 OVER_SATURATED = 0.5
-REASONS = ("completions", "queueing", "tpot", "server_waiting")
+REASONS = ("completions", "ttft", "tpot", "server_waiting")
 
 
 def _lat(p: dict, metric: str, stat: str = "p50") -> float | None:
@@ -49,7 +49,7 @@ def saturation(p: dict, base: dict | None, tolerance: float = KNEE_TOLERANCE, tt
     out = []
     if not keeps_up(p | {"valid": True}, tolerance):
         out.append("completions")
-    for metric, factor, reason in (("ttft", ttft_factor, "queueing"), ("tpot", tpot_factor, "tpot")):
+    for metric, factor, reason in (("ttft", ttft_factor, "ttft"), ("tpot", tpot_factor, "tpot")):
         v, b = _lat(p, metric), base and _lat(base, metric)
         if v is not None and b and v > factor * b:
             out.append(reason)

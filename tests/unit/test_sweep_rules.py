@@ -27,7 +27,7 @@ def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft
     ([pt(1, 1.0, valid=False, tpot=5.0), pt(2, 2.0), pt(4, 4.0, tpot=39.0), pt(8, 8.0, tpot=41.0)], 4, 8, 8),
     # TPOT growth past 2x the base's (vLLM's defaults: 21 -> 65 ms) saturates though completions keep up
     ([pt(2, 2.0, tpot=21.0), pt(4, 4.0, tpot=30.0), pt(8, 8.0, tpot=65.0)], 4, 8, 8),
-    # queueing: TTFT p50 past 3x the base's
+    # TTFT p50 past 3x the base's (queueing, or slower steps)
     ([pt(2, 2.0, ttft_p50=10.0), pt(4, 4.0, ttft_p50=29.0), pt(8, 8.0, ttft_p50=31.0)], 4, 8, 8),
     # the server's own waiting gauge, averaging >= 1 over the window
     ([pt(2, 2.0, waiting=0.0), pt(4, 4.0, waiting=0.6), pt(8, 8.0, waiting=1.5)], 4, 8, 8),
@@ -47,7 +47,7 @@ def test_knee(points, knee_rate, first_bad, ttft_knee):
 
 def test_knee_names_the_rules_a_point_broke_and_the_excluded_points_reasons():
     k = knee([pt(1, 1.0, valid=False), pt(2, 2.0, tpot=20.0), pt(8, 5.0, tpot=45.0, ttft_p50=16.0, waiting=3.0)])
-    assert k["saturated_by"] == ["completions", "queueing", "tpot", "server_waiting"]
+    assert k["saturated_by"] == ["completions", "ttft", "tpot", "server_waiting"]
     assert k["excluded"] == [{"rate_per_s": 1, "reasons": ["generator lag p99 20.9 ms > 5 ms"]}]
     assert k["base_rate_per_s"] == 2
 
