@@ -7,7 +7,8 @@ latency_ms ({metric: {p50, p99, ...}}), goodput and, when the server was scraped
 A valid point is *saturated* (docs/sweep-and-compare.md, "Knee") when any of these holds, each against the
 lowest-rate valid point (the base):
   completions  completed_per_s < (1 - tolerance) x offered_per_s (the backlog grows: the server falls behind)
-  ttft         TTFT p50 > ttft_factor x the base's (requests queue for a seat, or every step is slower)
+  queueing     TTFT p50 - the base's TTFT p50 > the base's e2e p50 (the median request waits longer for its
+               first token than a whole request took at low load: a queue, not merely slower steps)
   tpot         TPOT p50 > tpot_factor x the base's (the batch grows and every step slows: with vLLM's
                defaults overload shows here, not as a queue)
   server_waiting  the server's own waiting gauge (vllm:num_requests_waiting) averages >= waiting_mean
@@ -24,7 +25,7 @@ WAITING_MEAN = 1.0
 # than this share of its requests failed, over-saturated when it completes under this share of its offers.
 ERROR_DOMINATED = 0.5
 OVER_SATURATED = 0.5
-REASONS = ("completions", "ttft", "tpot", "server_waiting")
+REASONS = ("completions", "queueing", "tpot", "server_waiting")
 
 
 def _lat(p: dict, metric: str, stat: str = "p50") -> float | None:
@@ -43,16 +44,19 @@ def base_point(points: list[dict]) -> dict | None:
     return min((p for p in points if p.get("valid")), key=lambda p: p["rate_per_s"], default=None)
 
 
-def saturation(p: dict, base: dict | None, tolerance: float = KNEE_TOLERANCE, ttft_factor: float = TTFT_FACTOR,
-               tpot_factor: float = TPOT_FACTOR, waiting_mean: float = WAITING_MEAN) -> list[str]:
+def saturation(p: dict, base: dict | None, tolerance: float = KNEE_TOLERANCE, tpot_factor: float = TPOT_FACTOR,
+               waiting_mean: float = WAITING_MEAN) -> list[str]:
     """The rules (REASONS) a valid point breaks; [] when it keeps up. Not for invalid points."""
     out = []
     if not keeps_up(p | {"valid": True}, tolerance):
         out.append("completions")
-    for metric, factor, reason in (("ttft", ttft_factor, "ttft"), ("tpot", tpot_factor, "tpot")):
-        v, b = _lat(p, metric), base and _lat(base, metric)
-        if v is not None and b and v > factor * b:
-            out.append(reason)
+    ttft = _lat(p, "ttft")
+    base_ttft, base_e2e = (_lat(base, "ttft"), _lat(base, "e2e")) if base else (None, None)
+    if ttft is not None and base_ttft is not None and base_e2e is not None and ttft - base_ttft > base_e2e:
+        out.append("queueing")
+    tpot, base_tpot = _lat(p, "tpot"), _lat(base, "tpot") if base else None
+    if tpot is not None and base_tpot and tpot > tpot_factor * base_tpot:
+        out.append("tpot")
     w = p.get("server_mean_waiting")
     if w is not None and w >= waiting_mean:
         out.append("server_waiting")
@@ -86,7 +90,7 @@ def knee(points: list[dict], tolerance: float = KNEE_TOLERANCE, ttft_factor: flo
                 for p in pts if not p.get("valid")]
     at, first_bad, why = None, None, []
     for p in (q for q in pts if q.get("valid")):
-        why = saturation(p, base, tolerance, ttft_factor, tpot_factor, waiting_mean)
+        why = saturation(p, base, tolerance, tpot_factor, waiting_mean)
         if why:
             first_bad = p
             break
@@ -105,7 +109,7 @@ def knee(points: list[dict], tolerance: float = KNEE_TOLERANCE, ttft_factor: flo
             "excluded": excluded, "base_rate_per_s": base and base["rate_per_s"],
             "ttft_knee_per_s": ttft_knee, "low_load_ttft_p99_ms": base_ttft,
             "rule": f"highest rate at which this and every lower valid point keep up: completions within "
-                    f"{tolerance:.0%} of the offered rate over the steady-state window, TTFT p50 <= "
-                    f"{ttft_factor:g}x and TPOT p50 <= {tpot_factor:g}x the lowest valid point's, the server's "
-                    f"mean waiting < {waiting_mean:g} when scraped; invalid points excluded; ttft_knee: p99 "
-                    f"TTFT <= {ttft_factor:g}x the lowest valid point's"}
+                    f"{tolerance:.0%} of the offered rate over the steady-state window, TTFT p50 no more than the "
+                    f"lowest valid point's e2e p50 above its TTFT p50, TPOT p50 <= {tpot_factor:g}x the lowest valid "
+                    f"point's, the server's mean waiting < {waiting_mean:g} when scraped; invalid points excluded; "
+                    f"ttft_knee: p99 TTFT <= {ttft_factor:g}x the lowest valid point's"}

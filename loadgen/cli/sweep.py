@@ -37,8 +37,8 @@ def add_parser(sub) -> None:
     sw.add_argument("--attainment", default="0.9", help="target share of requests meeting every SLO (0.9)")
     sw.add_argument("--knee-tolerance", default="5%", help="completion rate may fall this far below the "
                                                            "offered rate and still keep up (default 5%%)")
-    sw.add_argument("--ttft-factor", default="3", help="saturated when TTFT p50 exceeds this factor of the lowest "
-                                                       "valid rate's (ttft knee: p99) (default 3)")
+    sw.add_argument("--ttft-factor", default="3", help="ttft knee: p99 TTFT within this factor of the "
+                                                       "lowest valid rate's (default 3)")
     sw.add_argument("--tpot-factor", default="2", help="saturated when TPOT p50 exceeds this factor of the lowest "
                                                        "valid rate's (default 2)")
     sw.add_argument("--out", help="sweep folder (default results/NAME-sweep-TIMESTAMP)")

@@ -8,8 +8,9 @@ between the last point that met the criterion and the first that did not (geomet
 answer's resolution is hi/lo - 1 and the number of points is stated in the summary (`search`).
 
 The knee (analysis/knee.py): a valid point is saturated when its completions fall behind its offers over
-its steady-state window (metrics.steady_rates: the backlog grows), its TTFT p50 exceeds ttft_factor (3x)
-or its TPOT p50 tpot_factor (2x) the lowest valid point's, or (with --scrape-metrics) the server's own
+its steady-state window (metrics.steady_rates), its median request queues (TTFT p50 above the lowest
+valid point's by more than that point's e2e p50), its TPOT p50 exceeds tpot_factor (2x) the lowest valid
+point's, or (with --scrape-metrics) the server's own
 waiting gauge averages >= 1 over the window; `saturated_by` names which. The knee is the highest rate at
 which this valid point and every lower valid one keep up. An invalid point is run once more; invalid
 again, it is excluded from the knee (`knee.excluded`, with its reasons) and the search does not escalate
@@ -258,7 +259,7 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
 
     def unsaturated(p: dict) -> bool:  # against the lowest valid point measured so far
         return bool(p["valid"]) and not saturation(p, base_point(list(records.values())), spec.tolerance,
-                                                   spec.ttft_factor, spec.tpot_factor, spec.waiting_mean)
+                                                   spec.tpot_factor, spec.waiting_mean)
 
     def halt(p: dict) -> str | None:
         if not p["valid"]:
@@ -326,8 +327,7 @@ def judge(pts: list[dict], spec: SweepSpec) -> None:
     """Each point's verdict against the lowest valid point: keeps_up and saturated_by (in place)."""
     base = base_point(pts)
     for p in pts:
-        why = saturation(p, base, spec.tolerance, spec.ttft_factor, spec.tpot_factor, spec.waiting_mean) \
-            if p["valid"] else []
+        why = saturation(p, base, spec.tolerance, spec.tpot_factor, spec.waiting_mean) if p["valid"] else []
         p["saturated_by"], p["keeps_up"] = why, bool(p["valid"]) and not why
         if spec.slo_ms:
             p["meets_attainment"] = meets_attainment(p, spec.attainment)

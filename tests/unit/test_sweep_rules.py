@@ -7,10 +7,10 @@ from loadgen.run.sweep import SweepSpec, search
 from loadgen.cli.sweep_args import ArgError, parse_rates
 
 
-def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft_p50=5.0, waiting=None):
+def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft_p50=5.0, waiting=None, e2e=100.0):
     return {"rate_per_s": rate, "offered_per_s": offered or rate, "completed_per_s": completed, "valid": valid,
             "invalid_reasons": [] if valid else ["generator lag p99 20.9 ms > 5 ms"],
-            "latency_ms": {"ttft": {"p99": ttft_p99, "p50": ttft_p50}, "tpot": {"p50": tpot}},
+            "latency_ms": {"ttft": {"p99": ttft_p99, "p50": ttft_p50}, "tpot": {"p50": tpot}, "e2e": {"p50": e2e}},
             "server_mean_waiting": waiting}
 
 
@@ -27,8 +27,9 @@ def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft
     ([pt(1, 1.0, valid=False, tpot=5.0), pt(2, 2.0), pt(4, 4.0, tpot=39.0), pt(8, 8.0, tpot=41.0)], 4, 8, 8),
     # TPOT growth past 2x the base's (vLLM's defaults: 21 -> 65 ms) saturates though completions keep up
     ([pt(2, 2.0, tpot=21.0), pt(4, 4.0, tpot=30.0), pt(8, 8.0, tpot=65.0)], 4, 8, 8),
-    # TTFT p50 past 3x the base's (queueing, or slower steps)
-    ([pt(2, 2.0, ttft_p50=10.0), pt(4, 4.0, ttft_p50=29.0), pt(8, 8.0, ttft_p50=31.0)], 4, 8, 8),
+    # queueing: the median request waits for its first token longer than a whole request took at the base
+    # (TTFT p50 10 -> 110 ms against the base's e2e p50 of 100 ms); 3x TTFT from slower steps is not a queue
+    ([pt(2, 2.0, ttft_p50=10.0), pt(4, 4.0, ttft_p50=109.0), pt(8, 8.0, ttft_p50=111.0)], 4, 8, 8),
     # the server's own waiting gauge, averaging >= 1 over the window
     ([pt(2, 2.0, waiting=0.0), pt(4, 4.0, waiting=0.6), pt(8, 8.0, waiting=1.5)], 4, 8, 8),
     # a higher point that recovers does not move the knee past the first miss (monotone rule)
@@ -46,8 +47,8 @@ def test_knee(points, knee_rate, first_bad, ttft_knee):
 
 
 def test_knee_names_the_rules_a_point_broke_and_the_excluded_points_reasons():
-    k = knee([pt(1, 1.0, valid=False), pt(2, 2.0, tpot=20.0), pt(8, 5.0, tpot=45.0, ttft_p50=16.0, waiting=3.0)])
-    assert k["saturated_by"] == ["completions", "ttft", "tpot", "server_waiting"]
+    k = knee([pt(1, 1.0, valid=False), pt(2, 2.0, tpot=20.0), pt(8, 5.0, tpot=45.0, ttft_p50=106.0, waiting=3.0)])
+    assert k["saturated_by"] == ["completions", "queueing", "tpot", "server_waiting"]
     assert k["excluded"] == [{"rate_per_s": 1, "reasons": ["generator lag p99 20.9 ms > 5 ms"]}]
     assert k["base_rate_per_s"] == 2
 
