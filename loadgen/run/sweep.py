@@ -13,9 +13,9 @@ valid point's by more than that point's e2e p50), its TPOT p50 exceeds tpot_fact
 point's, or (with --scrape-metrics) the server's own
 waiting gauge averages >= 1 over the window; `saturated_by` names which. The knee is the highest rate at
 which this valid point and every lower valid one keep up. An invalid point is run once more; invalid
-again, it is excluded from the knee (`knee.excluded`, with its reasons) and the search does not escalate
-past it, nor past a point that is error-dominated or over-saturated (knee.stop_reason; `search.stopped`
-says which). Beside it, `ttft_knee_per_s` is the highest rate at which p99 TTFT stays within
+again, it is excluded from the knee (`knee.excluded`, with its reasons; an explicit list passes over it,
+a geometric series takes it as its upper bracket). The search does not escalate past a point that is
+error-dominated or over-saturated (knee.stop_reason; `search.stopped` says which). Beside it, `ttft_knee_per_s` is the highest rate at which p99 TTFT stays within
 `ttft_factor` of the lowest valid point's. With --scrape-metrics each point also reports the server's
 peak waiting-queue depth and KV usage (`server_max_waiting`, `server_max_kv_usage`). Max goodput: the
 highest rate whose run is valid and whose attainment
@@ -95,11 +95,13 @@ def point_dir(r: float) -> str:
 
 # --- the search (the knee rule: loadgen/analysis/knee.py) ---------------------------------------------
 def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec: SweepSpec,
-           stop: Callable[[dict], str | None] = lambda p: None) -> dict:
+           stop: Callable[[dict], str | None] = lambda p: None, skip: Callable[[dict], bool] = lambda p: False
+           ) -> dict:
     """Measure points until the criterion `good` is bracketed, then bisect spec.refine times. `stop(point)`
-    names why no higher rate may be measured (error-dominated, over-saturated, invalid twice): an explicit
-    list ends there, and such a point is never good. Returns {"lo", "hi", "points", "resolution_rel",
-    "stopped"}; lo = highest good rate (None if none)."""
+    names why no higher rate may be measured (error-dominated, over-saturated): an explicit list ends
+    there, and such a point is never good. `skip(point)`: a point without a verdict (invalid twice): an
+    explicit list passes over it; a series or a bisection cannot, and takes it as not good. Returns {"lo",
+    "hi", "points", "resolution_rel", "stopped"}; lo = highest good rate (None if none)."""
     measured: dict[float, dict] = {}
     halted: list[str] = []
 
@@ -117,7 +119,9 @@ def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec:
     if spec.rates:
         for r in sorted(spec.rates):
             ok = at(r)
-            if ok and hi is None:
+            if skip(measured[round_rate(r)]):
+                pass
+            elif ok and hi is None:
                 lo = round_rate(r)
             elif not ok and hi is None:
                 hi = round_rate(r)
@@ -261,15 +265,10 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
         return bool(p["valid"]) and not saturation(p, base_point(list(records.values())), spec.tolerance,
                                                    spec.tpot_factor, spec.waiting_mean)
 
-    def halt(p: dict) -> str | None:
-        if not p["valid"]:
-            return f"invalid twice ({'; '.join(p['invalid_reasons'])}): excluded from the knee"
-        return stop_reason(p)
-
     good = (lambda p: meets_attainment(p, spec.attainment)) if spec.max_goodput else unsaturated
     status, found = "complete", None
     try:
-        found = search(measure, good, spec, halt)
+        found = search(measure, good, spec, stop_reason, skip=lambda p: not p["valid"])
     except (Interrupted, KeyboardInterrupt):
         status = "interrupted"
     manifest["status"] = status
