@@ -90,11 +90,11 @@ def tpot_s(prof, rate: float) -> float:
     return s
 
 
-def sweep(tmp_path, prof, w, rates, sim_args):
+def sweep(tmp_path, prof, w, rates, sim_args, *extra):
     out = tmp_path / "sweep"
     p = loadgen("sweep", w, "--rates", ",".join(f"{r:.4g}" for r in rates) + "/s", "--out", str(out),
                 "--no-calibrate", "--quiet", "--sim-args", f"--profile {prof} --speed {SPEED} {sim_args}",
-                timeout=400)
+                *extra, timeout=400)
     assert p.returncode == 0, p.stderr
     s = orjson.loads((out / "sweep_summary.json").read_bytes())
     for q in s["points"]:
@@ -109,13 +109,15 @@ def test_queueing_bound_knee_brackets_the_engines_capacity(tmp_path):
     capacity = seats / (OUTPUT * step_s(prof, seats))
     # 2.5x: completes ~capacity, under half its offers: over-saturated, so 4x is never measured
     rates = [0.3 * capacity, 0.55 * capacity, 2.5 * capacity, 4 * capacity]
-    s = sweep(tmp_path, prof, w, rates, f"--max-num-seqs {seats}")
+    s = sweep(tmp_path, prof, w, rates, f"--max-num-seqs {seats}", "--scrape-metrics")
     k = s["knee"]
     pts = s["points"]
     assert [p["valid"] for p in pts] == [True] * 3, s
     assert s["search"]["stopped"].startswith(f"stopped escalating at {pts[2]['rate_per_s']:g}/s: over-saturated")
     assert k["rate_per_s"] == pts[1]["rate_per_s"] and k["first_saturated_per_s"] == pts[2]["rate_per_s"], (k, capacity)
-    assert "completions" in k["saturated_by"], k
+    assert "completions" in k["saturated_by"] and "server_waiting" in k["saturated_by"], k
+    # the server's own waiting gauge (scraped): about empty below the capacity, a queue past it
+    assert [p["server_mean_waiting"] < 1 for p in pts] == [True, True, False], pts
     # past it the steady-state completion rate reads the engine's capacity, not the offered rate nor the
     # bunch after the last send (the sim's own time per step adds a little: at most 30 % below the model)
     assert 0.7 * capacity <= pts[2]["completed_per_s"] <= 1.1 * capacity, (pts[2], capacity)
