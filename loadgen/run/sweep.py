@@ -10,15 +10,15 @@ answer's resolution is hi/lo - 1 and the number of points is stated in the summa
 The knee (analysis/knee.py): a valid point is saturated when its completions fall behind its offers over
 its steady-state window (metrics.steady_rates), its median request queues (TTFT p50 above the lowest
 valid point's by more than that point's e2e p50), its TPOT p50 exceeds tpot_factor (2x) the lowest valid
-point's, or (with --scrape-metrics) the server's own
-waiting gauge averages >= 1 over the window; `saturated_by` names which. The knee is the highest rate at
-which this valid point and every lower valid one keep up. An invalid point is run once more; invalid
-again, it is excluded from the knee (`knee.excluded`, with its reasons; an explicit list passes over it,
-a geometric series takes it as its upper bracket). The search does not escalate past a point that is
-error-dominated or over-saturated (knee.stop_reason; `search.stopped` says which). Beside it, `ttft_knee_per_s` is the highest rate at which p99 TTFT stays within
-`ttft_factor` of the lowest valid point's. With --scrape-metrics each point also reports the server's
-peak waiting-queue depth and KV usage (`server_max_waiting`, `server_max_kv_usage`). Max goodput: the
-highest rate whose run is valid and whose attainment
+point's, or (with --scrape-metrics) the server's own waiting gauge averages >= 1 over the window;
+`saturated_by` names which. The knee is the highest rate at which this valid point and every lower valid
+one keep up. An invalid point is run once more; invalid again, it is excluded from the knee
+(`knee.excluded`, with its reasons; an explicit list passes over it, a geometric series takes it as its
+upper bracket). The search does not escalate past a point that is error-dominated or over-saturated
+(knee.stop_reason; `search.stopped` says which). Beside it, `ttft_knee_per_s` is the highest rate at
+which p99 TTFT stays within `ttft_factor` of the lowest valid point's. With --scrape-metrics each point
+also reports the server's peak waiting-queue depth and KV usage (`server_max_waiting`,
+`server_max_kv_usage`). Max goodput: the highest rate whose run is valid and whose attainment
 (goodput.py) is >= the target; `max_goodput.keeps_up` is false (and the text warns) when that rate is
 past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
