@@ -289,6 +289,8 @@ def steady_rates(intended_ns: npt.ArrayLike, done_ns: npt.ArrayLike, measured_fr
     Both clipped to [0, offered]. None when fewer than STEADY_MIN_REQUESTS sends fall in the window."""
     sent = np.asarray(intended_ns, dtype=np.float64)
     done = np.asarray(done_ns, dtype=np.float64)
+    timed = ~np.isnan(sent)  # a row without an intended time (a session turn never timed) offers nothing
+    sent, done = sent[timed], done[timed]
     if sent.size == 0:
         return None
     end = float(sent.max())

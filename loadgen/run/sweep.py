@@ -287,9 +287,9 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
     rows = run.requests
-    measured = rows.filter(~pl.col("warmup"))
-    steady = steady_rates(rows["intended_ns"].to_numpy(), rows["done_ns"].cast(pl.Float64).to_numpy(),
-                          int(number(measured["intended_ns"].min()))) if measured.height else None
+    first = rows.filter(~pl.col("warmup"))["intended_ns"].min()  # the end of warm-up; None: nothing measured
+    steady = steady_rates(rows["intended_ns"].cast(pl.Float64).to_numpy(), rows["done_ns"].cast(pl.Float64).to_numpy(),
+                          int(number(first))) if first is not None else None
     scraped = run.server_metrics()
     max_waiting, max_kv = facts_from_metrics(scraped)  # with --scrape-metrics, else None
     dec = (s.get("decomposition_ms") or {}).get("mean") or {}

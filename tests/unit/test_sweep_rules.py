@@ -131,7 +131,7 @@ def _steady(intended_s, done_s):
     from loadgen.metrics import steady_rates
 
     t = np.asarray(intended_s) * 1e9
-    return steady_rates(t, np.asarray(done_s) * 1e9, int(t.min()))
+    return steady_rates(t, np.asarray(done_s) * 1e9, int(np.nanmin(t)))
 
 
 def test_steady_rates_keep_up_below_capacity_with_poisson_noise_and_a_fill():
@@ -171,6 +171,9 @@ def test_steady_rates_do_not_count_the_bunch_after_the_last_send():
     s = _steady(t, np.full(60, np.nan))
     assert s.completed_per_s < 0.02 * s.offered_per_s
     assert _steady(t[:5], t[:5] + 0.1) is None  # too few sends in the window
+    # rows without an intended time are left out, not a NaN window
+    s = _steady(np.append(t, np.nan), np.append(t + 0.1, np.nan))
+    assert s.end_ns == round(t[-1] * 1e9) and s.completed_per_s == pytest.approx(s.offered_per_s)
 
 
 def test_fitted_rate_weighs_every_event():
