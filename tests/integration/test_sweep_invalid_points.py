@@ -23,7 +23,7 @@ def config(tmp_path):
         process = "constant"
         rate = "1/s"
         [run]
-        requests = 30
+        requests = 40   # 2-8 s a point: a busy host's stall of 100 ms does not read as falling behind
         max_send_lag_p99 = "10s"
         max_rate_deviation = 10
         max_cv_deviation = 100
@@ -51,19 +51,19 @@ def runner(invalid: dict[float, int]):
 
 
 def test_an_invalid_low_point_is_rerun_then_excluded_and_the_knee_stands(tmp_path):
-    run_point, calls = runner({10.0: 2, 20.0: 1})  # 10/s invalid twice, 20/s once (its rerun is valid)
+    run_point, calls = runner({5.0: 2, 10.0: 1})  # 5/s invalid twice, 10/s once (its rerun is valid)
     out = tmp_path / "sw"
-    o = run_sweep(config(tmp_path), SweepSpec(rates=(10.0, 20.0, 40.0)), out, progress=None, run_point=run_point)
+    o = run_sweep(config(tmp_path), SweepSpec(rates=(5.0, 10.0, 20.0)), out, progress=None, run_point=run_point)
     s = o.summary
-    assert o.status == "complete" and calls == [10.0, 10.0, 20.0, 20.0, 40.0]
+    assert o.status == "complete" and calls == [5.0, 5.0, 10.0, 10.0, 20.0]
     by_rate = {p["rate_per_s"]: p for p in s["points"]}
-    assert not by_rate[10.0]["valid"] and by_rate[20.0]["valid"] and by_rate[20.0]["rerun_of_invalid"]
-    assert any("send lag" in r or "lag" in r for r in by_rate[20.0]["rerun_of_invalid"])
+    assert not by_rate[5.0]["valid"] and by_rate[10.0]["valid"] and by_rate[10.0]["rerun_of_invalid"]
+    assert any("lag" in r for r in by_rate[10.0]["rerun_of_invalid"])
     # the knee is of the valid points (a fixed-latency server keeps up at both), the excluded one named
-    assert s["knee"]["rate_per_s"] == 40.0 and s["knee"]["base_rate_per_s"] == 20.0
-    assert [x["rate_per_s"] for x in s["knee"]["excluded"]] == [10.0] and s["knee"]["excluded"][0]["reasons"]
+    assert s["knee"]["rate_per_s"] == 20.0 and s["knee"]["base_rate_per_s"] == 10.0, s
+    assert [x["rate_per_s"] for x in s["knee"]["excluded"]] == [5.0] and s["knee"]["excluded"][0]["reasons"]
     text = (out / "sweep_summary.txt").read_text()
-    assert "excluded   10/s: invalid" in text and "knee       40/s" in text
+    assert "excluded   5/s: invalid" in text and "knee       20/s" in text
     m = orjson.loads((out / "sweep.json").read_bytes())
     assert [p["status"] for p in m["points"]] == ["invalid", "complete", "complete"]
 
@@ -75,5 +75,5 @@ def test_a_series_takes_a_point_invalid_twice_as_its_upper_bracket(tmp_path):
     assert calls == [10.0, 20.0, 20.0]  # 40/s is never measured: 20/s could not be
     s = o.summary
     assert (s["search"]["lo"], s["search"]["hi"]) == (10.0, 20.0)
-    assert s["knee"]["rate_per_s"] == 10.0 and not s["knee"]["saturated"]
+    assert s["knee"]["rate_per_s"] == 10.0 and not s["knee"]["saturated"], s
     assert [x["rate_per_s"] for x in s["knee"]["excluded"]] == [20.0]
