@@ -21,7 +21,8 @@ left out by the callers.
 
 Rates (events per second): rate_per_s = (n - 1) / span, the plan's offered rate (Schedule.offered_rate_per_s)
 and the summary's offered and achieved rates; fitted_rate_per_s = 1 / the least-squares slope, the
-completion rate of sweeps and twin predictions.
+completion rate of twin predictions; steady_rates: the offered and completed rates over a run's
+steady-state window, the sweep's (docs/metrics.md, "Steady-state rates").
 
 ITL, per token (itl_gaps): the chunks of one request that carry tokens and share a stamp arrived in one
 read and form one group of k tokens (the sum of their tokens); each gap between a group and the previous
@@ -246,6 +247,78 @@ def fitted_rate_per_s(times_ns: npt.ArrayLike) -> float | None:
     i = np.arange(t.size, dtype=np.float64)
     slope_ns = float(np.cov(i, t, bias=True)[0, 1] / np.var(i))
     return 1e9 / slope_ns if slope_ns > 0 else None
+
+
+class SteadyRates(NamedTuple):
+    """A run's rates over its steady-state window [start_ns, end_ns] (steady_rates)."""
+    start_ns: int
+    end_ns: int
+    offered_per_s: float
+    completed_per_s: float   # within [0, offered_per_s]
+    short: bool              # the fill (p90 e2e) was longer than half the sends: window capped, backlog rule
+    method: str              # "trend" or "backlog"
+
+
+STEADY_FILL_QUANTILE = 0.9
+STEADY_MIN_REQUESTS = 10
+
+
+def _mean_count(t_ns: np.ndarray, lo: float, hi: float) -> float:
+    # the time-average over [lo, hi] of #(t <= x): each event counts for the share of the span after it
+    return float(np.clip(hi - np.maximum(t_ns, lo), 0.0, hi - lo).sum() / (hi - lo))
+
+
+def steady_rates(intended_ns: npt.ArrayLike, done_ns: npt.ArrayLike, measured_from_ns: int) -> SteadyRates | None:
+    """The offered and completed rates of one run over its steady-state window (docs/metrics.md,
+    "Steady-state rates"). intended_ns, done_ns: every row of the run, warm-up included (they occupy the
+    server too); done_ns NaN for a row that never ended. measured_from_ns: the first measured (non-warm-up)
+    intended send.
+
+    Window: from measured_from + fill to the last intended send, fill = the p90 e2e (done - intended) of
+    the measured rows, at most half the measured send span (then `short`). offered = the sends in the
+    window / its length. completed:
+      trend    (not short) offered / the least-squares slope of done against intended over the requests
+               sent in the window (a row that never ended counts as done at the run's last end): 1 in a
+               steady state, offered / capacity past it, since each request then waits longer than the
+               one before. Per request, so Poisson noise in the arrivals does not read as falling behind.
+      backlog  (short: the run is too short for its latency, as past saturation, or a continuous-batching
+               server finishing every request in one bunch once the sends stop) offered - the growth of
+               the backlog b(t) = #sent by t - #ended by t: its time-average over the window's second half
+               minus that over its first half, per half the window's length. Nothing that ends after the
+               last send counts, so a bunch reads as behind, as it is.
+    Both clipped to [0, offered]. None when fewer than STEADY_MIN_REQUESTS sends fall in the window."""
+    sent = np.asarray(intended_ns, dtype=np.float64)
+    done = np.asarray(done_ns, dtype=np.float64)
+    timed = ~np.isnan(sent)  # a row without an intended time (a session turn never timed) offers nothing
+    sent, done = sent[timed], done[timed]
+    if sent.size == 0:
+        return None
+    end = float(sent.max())
+    measured = sent >= measured_from_ns
+    ended = ~np.isnan(done)
+    half = (end - measured_from_ns) / 2
+    e2e = (done - sent)[measured & ended]
+    fill = quantiles(e2e, [STEADY_FILL_QUANTILE])[0] if e2e.size else math.inf
+    short = not fill <= half
+    start = measured_from_ns + (half if short else fill)
+    window = (sent >= start) & (sent <= end)
+    n = int(window.sum())
+    if n < STEADY_MIN_REQUESTS or end <= start:
+        return None
+    span_s = (end - start) / 1e9
+    offered = n / span_s
+    if not short:
+        x, y = sent[window], np.where(ended, done, float(np.nanmax(done)))[window]
+        slope = float(np.cov(x, y, bias=True)[0, 1] / np.var(x))
+        completed = offered / slope if slope > 1 else offered
+        return SteadyRates(round(start), round(end), offered, completed, short, "trend")
+    mid = (start + end) / 2
+
+    def backlog(lo: float, hi: float) -> float:
+        return _mean_count(sent, lo, hi) - _mean_count(done[ended], lo, hi)
+
+    growth = (backlog(mid, end) - backlog(start, mid)) / (span_s / 2)
+    return SteadyRates(round(start), round(end), offered, min(offered, max(0.0, offered - growth)), short, "backlog")
 
 
 def number(v: object) -> float:

@@ -38,7 +38,9 @@ def add_parser(sub) -> None:
     sw.add_argument("--knee-tolerance", default="5%", help="completion rate may fall this far below the "
                                                            "offered rate and still keep up (default 5%%)")
     sw.add_argument("--ttft-factor", default="3", help="ttft knee: p99 TTFT within this factor of the "
-                                                       "lowest rate's (default 3)")
+                                                       "lowest valid rate's (default 3)")
+    sw.add_argument("--tpot-factor", default="2", help="saturated when TPOT p50 exceeds this factor of the lowest "
+                                                       "valid rate's (default 2)")
     sw.add_argument("--out", help="sweep folder (default results/NAME-sweep-TIMESTAMP)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished points")
 

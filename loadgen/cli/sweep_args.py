@@ -81,4 +81,5 @@ def spec_from_args(args, slo_ms: dict[str, float] | None) -> SweepSpec:
         slo_ms=dict(slo_ms or {}),
         tolerance=fraction("--knee-tolerance", args.knee_tolerance, 0.0, 0.9),
         ttft_factor=_number("--ttft-factor", args.ttft_factor, 1.0),
+        tpot_factor=_number("--tpot-factor", args.tpot_factor, 1.0),
     )

@@ -187,9 +187,13 @@ class Canvas:
             return
         px, top = self.x(x), min(self.y.px0, self.y.px1)
         self.markers += 1
+        # in the right half the label runs leftwards from the rule, so it stays inside the plot and off the
+        # legend (drawn right of the plot)
+        right = px > (self.x.px0 + self.x.px1) / 2
+        tx, anchor = (px - 3, ' text-anchor="end"') if right else (px + 3, "")
         self.parts.append(f'<line class="mark rule" x1="{_f(px)}" y1="{_f(top)}" x2="{_f(px)}" '
                           f'y2="{_f(max(self.y.px0, self.y.px1))}" stroke="{color}" stroke-dasharray="2,2"/>'
-                          f'<text x="{_f(px + 3)}" y="{_f(top + 12 * self.markers)}" '
+                          f'<text x="{_f(tx)}" y="{_f(top + 12 * self.markers)}"{anchor} '
                           f'fill="{color}" font-size="10"{attrs}>{label}</text>')
 
     def svg(self) -> str:

@@ -100,8 +100,12 @@ def sweep_html(d: dict) -> str:
             tok.append(Series(f"{m} {q}", xs, ys, color=PALETTE[2 + i], dashed=dashed, points=True))
     charts.append(line_chart("Per-token latency vs rate", tok, x_label="rate (req/s)", y_label="ms",
                              plot_id="sweep-tpot", markers=marks))
-    thr = [Series("offered", *_curve(d, "offered_per_s"), dashed=True, points=True),
-           Series("completed", *_curve(d, "completed_per_s"), points=True)]
+    xs, offered = _curve(d, "offered_per_s")
+    # a point cannot complete more than it was offered (metrics.steady_rates clips it; an older summary or a
+    # prediction may not): the completed curve is drawn no higher than the offered one
+    completed = [c if c is None or o is None else min(c, o) for c, o in zip(_curve(d, "completed_per_s")[1], offered)]
+    thr = [Series("offered", xs, offered, dashed=True, points=True),
+           Series("completed", xs, completed, points=True)]
     if any(p.get("goodput") for p in d.get("points", [])):
         thr.append(Series("goodput", *_curve(d, "goodput.requests_per_s"), points=True))
     charts.append(line_chart("Throughput and goodput vs rate", thr, x_label="rate (req/s)", y_label="req/s",

@@ -7,16 +7,18 @@ first point past the criterion (or at --max-rate / --max-points); `--refine K` t
 between the last point that met the criterion and the first that did not (geometric midpoints), so the
 answer's resolution is hi/lo - 1 and the number of points is stated in the summary (`search`).
 
-The knee (knee()): a point *keeps up* when its run is valid and the server's completion rate is within
-`tolerance` (5 %) of the offered rate, both over the ok requests: completed from their last tokens,
-offered from their intended sends, each the rate fitted to all events (fitted_rate_per_s). Below saturation,
-completions follow arrivals shifted by a stationary latency, so the two rates agree; past it the server
-finishes at its capacity whatever is offered and the queue grows without bound. The knee is the highest
-rate at which this point and every lower one keep up. Beside it, `ttft_knee_per_s` is the highest rate
-at which p99 TTFT stays within `ttft_factor` (3x) of the lowest-rate point's (queueing before
-saturation shows there first). With --scrape-metrics each point also reports the server's peak
-waiting-queue depth and KV usage (`server_max_waiting`, `server_max_kv_usage`): the server's own view
-of the queue taking over. Max goodput: the highest rate whose run is valid and whose attainment
+The knee (analysis/knee.py): a valid point is saturated when its completions fall behind its offers over
+its steady-state window (metrics.steady_rates), its median request queues (TTFT p50 above the lowest
+valid point's by more than that point's e2e p50), its TPOT p50 exceeds tpot_factor (2x) the lowest valid
+point's, or (with --scrape-metrics) the server's own waiting gauge averages >= 1 over the window;
+`saturated_by` names which. The knee is the highest rate at which this valid point and every lower valid
+one keep up. An invalid point is run once more; invalid again, it is excluded from the knee
+(`knee.excluded`, with its reasons; an explicit list passes over it, a geometric series takes it as its
+upper bracket). The search does not escalate past a point that is error-dominated or over-saturated
+(knee.stop_reason; `search.stopped` says which). Beside it, `ttft_knee_per_s` is the highest rate at
+which p99 TTFT stays within `ttft_factor` of the lowest valid point's. With --scrape-metrics each point
+also reports the server's peak waiting-queue depth and KV usage (`server_max_waiting`,
+`server_max_kv_usage`). Max goodput: the highest rate whose run is valid and whose attainment
 (goodput.py) is >= the target; `max_goodput.keeps_up` is false (and the text warns) when that rate is
 past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
@@ -43,12 +45,14 @@ import polars as pl
 
 from loadgen.analysis.diagnose import facts_from_metrics
 from loadgen.analysis.explain import ExplainOptions
-from loadgen.analysis.knee import KNEE_TOLERANCE, TTFT_FACTOR, keeps_up, knee, meets_attainment
+from loadgen.analysis.knee import (KNEE_TOLERANCE, TPOT_FACTOR, TTFT_FACTOR, WAITING_MEAN, base_point, knee,
+                                   meets_attainment, saturation, stop_reason)
 from loadgen.analysis.report_summary import build
 from loadgen.config.client import ClientOptions
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.errors import ExitCode
-from loadgen.metrics import OK_ROWS, fitted_rate_per_s
+from loadgen.metrics import number, steady_rates
+from loadgen.probe.scrape import WAITING
 from loadgen.results.folder import Json, read_run, write_json
 from loadgen.run.launch import run_workload
 
@@ -75,6 +79,8 @@ class SweepSpec:
     slo_ms: dict = field(default_factory=dict)
     tolerance: float = KNEE_TOLERANCE
     ttft_factor: float = TTFT_FACTOR
+    tpot_factor: float = TPOT_FACTOR
+    waiting_mean: float = WAITING_MEAN
 
 
 def default_sweep_out(config: RunConfig) -> Path:
@@ -90,27 +96,41 @@ def point_dir(r: float) -> str:
 
 
 # --- the search (the knee rule: loadgen/analysis/knee.py) ---------------------------------------------
-def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec: SweepSpec) -> dict:
-    """Measure points until the criterion `good` is bracketed, then bisect spec.refine times.
-    Returns {"lo", "hi", "points", "resolution_rel", "stopped"}; lo = highest good rate (None if none)."""
+def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec: SweepSpec,
+           stop: Callable[[dict], str | None] = lambda p: None, skip: Callable[[dict], bool] = lambda p: False
+           ) -> dict:
+    """Measure points until the criterion `good` is bracketed, then bisect spec.refine times. `stop(point)`
+    names why no higher rate may be measured (error-dominated, over-saturated): an explicit list ends
+    there, and such a point is never good. `skip(point)`: a point without a verdict (invalid twice): an
+    explicit list passes over it; a series or a bisection cannot, and takes it as not good. Returns {"lo",
+    "hi", "points", "resolution_rel", "stopped"}; lo = highest good rate (None if none)."""
     measured: dict[float, dict] = {}
+    halted: list[str] = []
 
     def at(r: float) -> bool:
         r = round_rate(r)
         if r not in measured:
             measured[r] = measure(r)
-        return good(measured[r])
+            why = stop(measured[r])
+            if why and not halted:
+                halted.append(f"stopped escalating at {r:g}/s: {why}")
+        return good(measured[r]) and not stop(measured[r])
 
     lo = hi = None
     stopped = ""
     if spec.rates:
         for r in sorted(spec.rates):
             ok = at(r)
-            if ok and hi is None:
+            if skip(measured[round_rate(r)]):
+                pass
+            elif ok and hi is None:
                 lo = round_rate(r)
             elif not ok and hi is None:
                 hi = round_rate(r)
-        # an explicit list is measured whole; the bracket is the first miss and the good point before it
+            if halted:
+                break
+        # an explicit list is measured whole (up to a stop); the bracket is the first miss and the good
+        # point before it
     else:
         if spec.start_per_s is None:
             raise SweepError("a sweep needs rates or a start rate")
@@ -141,6 +161,7 @@ def search(measure: Callable[[float], dict], good: Callable[[dict], bool], spec:
                 lo = mid
             else:
                 hi = mid
+    stopped = "; ".join([*halted, *([stopped] if stopped else [])])
     return {"lo": lo, "hi": hi, "points": len(measured),
             "resolution_rel": (hi / lo - 1) if lo and hi and hi > lo else None, "stopped": stopped or None}
 
@@ -228,6 +249,12 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
             cfg = with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r), out=str(folder))
             outcome = run_point(cfg, progress=progress)
             entry = {"rate_per_s": r, "dir": point_dir(r), "status": outcome.status}
+            if outcome.status == "invalid":  # once more: a host that took the CPU for a moment is no verdict
+                first = list(outcome.invalid_reasons)
+                _say(progress, f"sweep: {r:g}/s invalid ({'; '.join(first)}): measured once more")
+                shutil.rmtree(folder)
+                outcome = run_point(cfg, progress=progress)
+                entry.update(status=outcome.status, rerun_of_invalid=first)
             manifest["points"].append(entry)
             write_json(out / MANIFEST, manifest)
             if outcome.status not in ("complete", "invalid"):
@@ -237,11 +264,14 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
         records[r] = rec
         return rec
 
-    good = ((lambda p: meets_attainment(p, spec.attainment)) if spec.max_goodput
-            else (lambda p: keeps_up(p, spec.tolerance)))
+    def unsaturated(p: dict) -> bool:  # against the lowest valid point measured so far
+        return bool(p["valid"]) and not saturation(p, base_point(list(records.values())), spec.tolerance,
+                                                   spec.tpot_factor, spec.waiting_mean)
+
+    good = (lambda p: meets_attainment(p, spec.attainment)) if spec.max_goodput else unsaturated
     status, found = "complete", None
     try:
-        found = search(measure, good, spec)
+        found = search(measure, good, spec, stop_reason, skip=lambda p: not p["valid"])
     except (Interrupted, KeyboardInterrupt):
         status = "interrupted"
     manifest["status"] = status
@@ -259,29 +289,55 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
     folder = out / entry["dir"]
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
-    ok = run.requests.filter(~pl.col("warmup") & OK_ROWS)
-    max_waiting, max_kv = facts_from_metrics(run.server_metrics())  # with --scrape-metrics, else None
+    rows = run.requests
+    first = rows.filter(~pl.col("warmup"))["intended_ns"].min()  # the end of warm-up; None: nothing measured
+    steady = steady_rates(rows["intended_ns"].cast(pl.Float64).to_numpy(), rows["done_ns"].cast(pl.Float64).to_numpy(),
+                          int(number(first))) if first is not None else None
+    scraped = run.server_metrics()
+    max_waiting, max_kv = facts_from_metrics(scraped)  # with --scrape-metrics, else None
     dec = (s.get("decomposition_ms") or {}).get("mean") or {}
     rec = {
         "rate_per_s": entry["rate_per_s"], "dir": entry["dir"], "status": entry["status"],
         "valid": bool(s.get("valid")), "invalid_reasons": s.get("invalid_reasons", []),
         "requests": s["requests"],
-        "offered_per_s": fitted_rate_per_s(ok["intended_ns"].to_numpy()),
-        "completed_per_s": fitted_rate_per_s(ok["last_token_ns"].to_numpy()),
+        "offered_per_s": steady and steady.offered_per_s,
+        "completed_per_s": steady and steady.completed_per_s,
+        "steady_window": steady and {"start_ns": steady.start_ns, "end_ns": steady.end_ns,
+                                     "method": steady.method, "short": steady.short},
         "throughput": s["throughput"],
         "latency_ms": {m: {k: s["latency_ms"][m][k] for k in ("p50", "p90", "p99", "mean")} for m in LAT_METRICS},
         "decomposition_mean_ms": {c: dec.get(c) for c in DECOMP},
         "goodput": s.get("goodput"),
         "server_max_waiting": max_waiting, "server_max_kv_usage": max_kv,
+        "server_mean_waiting": mean_waiting(scraped, steady.start_ns, steady.end_ns) if steady else None,
+        "rerun_of_invalid": entry.get("rerun_of_invalid"),
     }
-    rec["keeps_up"] = keeps_up(rec, spec.tolerance)
-    if spec.slo_ms:
-        rec["meets_attainment"] = meets_attainment(rec, spec.attainment)
     return rec
+
+
+def mean_waiting(scraped: pl.DataFrame | None, start_ns: int, end_ns: int) -> float | None:
+    """The server's waiting gauge (summed over its label sets per scrape), averaged over the scrapes taken
+    within [start_ns, end_ns] (ns from t0); None when it was not scraped there."""
+    if scraped is None:
+        return None
+    w = (scraped.filter(pl.col("name").is_in(list(WAITING)) & pl.col("t_ns").is_between(start_ns, end_ns))
+         .group_by("t_ns").agg(pl.col("value").sum()))
+    return float(number(w["value"].mean())) if w.height else None
+
+
+def judge(pts: list[dict], spec: SweepSpec) -> None:
+    """Each point's verdict against the lowest valid point: keeps_up and saturated_by (in place)."""
+    base = base_point(pts)
+    for p in pts:
+        why = saturation(p, base, spec.tolerance, spec.tpot_factor, spec.waiting_mean) if p["valid"] else []
+        p["saturated_by"], p["keeps_up"] = why, bool(p["valid"]) and not why
+        if spec.slo_ms:
+            p["meets_attainment"] = meets_attainment(p, spec.attainment)
 
 
 def sweep_summary(out: Path, manifest: dict, records: list[dict], spec: SweepSpec, found: dict | None) -> dict:
     pts = sorted(records, key=lambda p: p["rate_per_s"])
+    judge(pts, spec)
     max_goodput = None
     if spec.max_goodput:
         best = max((p for p in pts if meets_attainment(p, spec.attainment)), key=lambda p: p["rate_per_s"],
@@ -299,7 +355,7 @@ def sweep_summary(out: Path, manifest: dict, records: list[dict], spec: SweepSpe
                       "mode": "max_goodput" if spec.max_goodput else "knee", "spec": manifest["spec"]},
             "slo": {f"{k}_ms": v for k, v in spec.slo_ms.items()} or None,
             "points": pts,
-            "knee": knee(pts, spec.tolerance, spec.ttft_factor),
+            "knee": knee(pts, spec.tolerance, spec.ttft_factor, spec.tpot_factor, spec.waiting_mean),
             "max_goodput": max_goodput,
             "search": found}
 
@@ -320,15 +376,20 @@ def summary_text(s: dict) -> str:
                      f"{f(lat['itl']['p99'], '{:.2f}'):>8}{f(lat['e2e']['p99']):>8}{f(d['queue']):>8}"
                      f"{f(d['prefill']):>8}{f(d['decode']):>8}{f(g.get('attainment'), '{:.0%}'):>8}"
                      f"{f(g.get('requests_per_s')):>8}  {'yes' if p['keeps_up'] else 'NO'}"
-                     + ("" if p["valid"] else "  INVALID"))
+                     + (f" ({', '.join(p['saturated_by'])})" if p.get("saturated_by") else "")
+                     + ("" if p["valid"] else "  INVALID (excluded)")
+                     + ("  (re-run: the first run was invalid)" if p.get("rerun_of_invalid") else ""))
     k = s["knee"]
-    lines += ["", "latency in ms (decomposition: mean per request); ok = completes within the tolerance of the "
-                  "offered rate",
+    by = f" by {', '.join(k['saturated_by'])}" if k.get("saturated_by") else ""
+    lines += ["", "latency in ms (decomposition: mean per request); offer/done over the steady-state window; "
+                  "ok = not saturated (else the rules it broke)",
               f"knee       {f(k['rate_per_s'], '{:g}')}/s (offered {f(k['offered_per_s'])}/s; first saturated point: "
-              f"{f(k['first_saturated_per_s'], '{:g}')}/s, completing {f(k['completed_per_s_past_knee'])}/s); "
+              f"{f(k['first_saturated_per_s'], '{:g}')}/s{by}, completing {f(k['completed_per_s_past_knee'])}/s); "
               f"p99 TTFT within the factor up to "
               f"{f(k['ttft_knee_per_s'], '{:g}')}/s",
               f"           rule: {k['rule']}"]
+    for x in k.get("excluded") or []:
+        lines.append(f"excluded   {x['rate_per_s']:g}/s: invalid ({'; '.join(x['reasons'])})")
     if s.get("max_goodput"):
         m = s["max_goodput"]
         lines.append(f"max goodput at {f(m['rate_per_s'], '{:g}')}/s: {f(m['goodput_per_s'])} req/s meet every SLO, "

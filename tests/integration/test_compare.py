@@ -227,6 +227,9 @@ def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
     (["sweep", "{w}", "--rates", "1,fast/s", "--url", "http://127.0.0.1:9"], "--rates: bad rate"),
     # the rate is what a sweep varies
     (["sweep", "{w}", "--rates", "1,2", "--rate", "3/s", "--url", "http://127.0.0.1:9"], "--rate: a sweep sets"),
+    # the TPOT factor is a factor (>= 1), named with its flag
+    (["sweep", "{w}", "--rates", "1,2", "--tpot-factor", "0.5", "--url", "http://127.0.0.1:9"],
+     "--tpot-factor: must be >= 1"),
     # a closed loop cannot be swept by rate
     (["sweep", "{w}", "--rates", "1,2", "--concurrency", "2", "--url", "http://127.0.0.1:9"], "unrecognized"),
 ])

@@ -282,3 +282,22 @@ def test_goodput_and_slo_rows_appear_when_the_summary_has_them():
     assert rows["load loop"] == "closed" and agrees(rows["SLO ttft_ms"], 500.0)
     assert agrees(rows["goodput (req/s)"], 1.6) and agrees(rows["SLO attainment"], 0.8)
     assert "goodput (req/s)" not in str(overview({**s, "goodput": None}).rows)
+
+
+def test_sweep_page_draws_completions_no_higher_than_offers_and_the_knee_label_inside_the_plot():
+    import re
+
+    from loadgen.report.sweep_pages import sweep_html
+
+    d = orjson.loads((FIXTURES / "sweep_summary.json").read_bytes())
+    assert d["points"][0]["completed_per_s"] > d["points"][0]["offered_per_s"]  # as an older summary has it
+    d["knee"]["rate_per_s"] = d["points"][-1]["rate_per_s"]                      # a knee at the right edge
+    html = sweep_html(d)
+    svg = html[html.index('id="sweep-throughput"'):]
+    svg = svg[:svg.index("</svg>")]
+    cy = [float(c) for c in re.findall(r'class="mark point" cx="[^"]+" cy="([^"]+)"', svg)]
+    n = len(d["points"])
+    offered, completed = cy[:n], cy[n:2 * n]
+    assert all(c >= o for c, o in zip(completed, offered))  # svg y grows downwards: never above the offered
+    # the knee's label at the right edge runs leftwards, away from the legend right of the plot
+    assert re.search(r'<text x="[^"]+" y="[^"]+" text-anchor="end" fill="#444" font-size="10">knee ', svg)

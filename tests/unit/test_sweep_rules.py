@@ -2,14 +2,16 @@
 import numpy as np
 import pytest
 
-from loadgen.analysis.knee import keeps_up, knee
+from loadgen.analysis.knee import keeps_up, knee, stop_reason
 from loadgen.run.sweep import SweepSpec, search
 from loadgen.cli.sweep_args import ArgError, parse_rates
 
 
-def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None):
+def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft_p50=5.0, waiting=None, e2e=100.0):
     return {"rate_per_s": rate, "offered_per_s": offered or rate, "completed_per_s": completed, "valid": valid,
-            "latency_ms": {"ttft": {"p99": ttft_p99}}}
+            "invalid_reasons": [] if valid else ["generator lag p99 20.9 ms > 5 ms"],
+            "latency_ms": {"ttft": {"p99": ttft_p99, "p50": ttft_p50}, "tpot": {"p50": tpot}, "e2e": {"p50": e2e}},
+            "server_mean_waiting": waiting}
 
 
 @pytest.mark.parametrize("points, knee_rate, first_bad, ttft_knee", [
@@ -19,8 +21,17 @@ def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None):
     ([pt(10, 9.51), pt(20, 18.98)], 10, 20, 20),
     # the lowest point already falls behind: no knee
     ([pt(50, 30.0), pt(100, 31.0)], None, 50, 100),
-    # an invalid run (the generator fell behind) ends the knee even if completions look fine
-    ([pt(2, 2.0), pt(4, 4.0, valid=False), pt(8, 8.0)], 2, 4, 8),
+    # an invalid run (the generator fell behind) is excluded: it neither ends nor wipes the knee
+    ([pt(2, 2.0), pt(4, 4.0, valid=False), pt(8, 8.0)], 8, None, 8),
+    # ... nor when it is the lowest point: the base of the latency rules is the lowest valid point
+    ([pt(1, 1.0, valid=False, tpot=5.0), pt(2, 2.0), pt(4, 4.0, tpot=39.0), pt(8, 8.0, tpot=41.0)], 4, 8, 8),
+    # TPOT growth past 2x the base's (vLLM's defaults: 21 -> 65 ms) saturates though completions keep up
+    ([pt(2, 2.0, tpot=21.0), pt(4, 4.0, tpot=30.0), pt(8, 8.0, tpot=65.0)], 4, 8, 8),
+    # queueing: the median request waits for its first token longer than a whole request took at the base
+    # (TTFT p50 10 -> 110 ms against the base's e2e p50 of 100 ms); 3x TTFT from slower steps is not a queue
+    ([pt(2, 2.0, ttft_p50=10.0), pt(4, 4.0, ttft_p50=109.0), pt(8, 8.0, ttft_p50=111.0)], 4, 8, 8),
+    # the server's own waiting gauge, averaging >= 1 over the window
+    ([pt(2, 2.0, waiting=0.0), pt(4, 4.0, waiting=0.6), pt(8, 8.0, waiting=1.5)], 4, 8, 8),
     # a higher point that recovers does not move the knee past the first miss (monotone rule)
     ([pt(2, 2.0), pt(4, 3.0), pt(8, 8.0)], 2, 4, 8),
     # never saturated: the knee is the highest point measured
@@ -31,7 +42,36 @@ def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None):
 def test_knee(points, knee_rate, first_bad, ttft_knee):
     k = knee(points)
     assert (k["rate_per_s"], k["first_saturated_per_s"], k["ttft_knee_per_s"]) == (knee_rate, first_bad, ttft_knee)
-    assert k["saturated"] == (first_bad is not None)
+    assert k["saturated"] == (first_bad is not None) == bool(k["saturated_by"])
+    assert [x["rate_per_s"] for x in k["excluded"]] == [p["rate_per_s"] for p in points if not p["valid"]]
+
+
+def test_knee_names_the_rules_a_point_broke_and_the_excluded_points_reasons():
+    k = knee([pt(1, 1.0, valid=False), pt(2, 2.0, tpot=20.0), pt(8, 5.0, tpot=45.0, ttft_p50=106.0, waiting=3.0)])
+    assert k["saturated_by"] == ["completions", "queueing", "tpot", "server_waiting"]
+    assert k["excluded"] == [{"rate_per_s": 1, "reasons": ["generator lag p99 20.9 ms > 5 ms"]}]
+    assert k["base_rate_per_s"] == 2
+
+
+@pytest.mark.parametrize("point, reason", [
+    (pt(8, 8.0) | {"requests": {"scheduled": 30, "ok": 14}}, "error-dominated (16 of 30"),
+    (pt(8, 3.9) | {"requests": {"scheduled": 30, "ok": 30}}, "over-saturated (completes 3.9/s of 8/s"),
+    (pt(8, 4.1) | {"requests": {"scheduled": 30, "ok": 15}}, None),   # half failed, half the rate: not yet
+])
+def test_stop_reason(point, reason):
+    got = stop_reason(point)
+    assert (got is None) if reason is None else got.startswith(reason)
+
+
+def test_an_explicit_list_stops_escalating_at_an_error_dominated_point():
+    calls = []
+
+    def measure(r):
+        calls.append(r)
+        return pt(r, r) | {"requests": {"scheduled": 20, "ok": 20 if r < 8 else 2}}
+    found = search(measure, keeps_up, SweepSpec(rates=(2, 4, 8, 16, 32)), stop_reason)
+    assert calls == [2, 4, 8] and (found["lo"], found["hi"]) == (4, 8)
+    assert found["stopped"].startswith("stopped escalating at 8/s: error-dominated (18 of 20")
 
 
 def capacity(mu):
@@ -85,6 +125,55 @@ def test_parse_rates(text, expected):
 def test_bad_rates(text, message):
     with pytest.raises(ArgError, match=message):
         parse_rates(text)
+
+
+def _steady(intended_s, done_s):
+    from loadgen.metrics import steady_rates
+
+    t = np.asarray(intended_s) * 1e9
+    return steady_rates(t, np.asarray(done_s) * 1e9, int(np.nanmin(t)))
+
+
+def test_steady_rates_keep_up_below_capacity_with_poisson_noise_and_a_fill():
+    # 60 Poisson sends at 4/s, each served in 0.3-0.6 s: no backlog growth, whatever the noise at the ends
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        t = np.cumsum(rng.exponential(0.25, 60))
+        s = _steady(t, t + rng.uniform(0.3, 0.6, 60))
+        assert s.completed_per_s >= 0.97 * s.offered_per_s and not s.short and s.method == "trend"
+        assert s.start_ns >= (t[0] + 0.3) * 1e9 and s.end_ns == round(t[-1] * 1e9)  # after the fill, to the last send
+
+
+def test_steady_rates_read_a_queue_at_the_servers_capacity():
+    # one server of 0.2 s per request (5/s) offered 8/s: completions at 5/s, the backlog grows by 3/s
+    t = np.arange(80) / 8
+    done = 0.2 * np.arange(1, 81)  # served back to back from t = 0
+    s = _steady(t, done)
+    assert s.offered_per_s == pytest.approx(8, rel=0.05) and s.completed_per_s == pytest.approx(5, rel=0.05)
+    assert s.short and s.method == "backlog"
+    # a longer run at 1.25x a 0.2 s server: the window is not short; each request waits 0.05 s longer
+    t = np.arange(200) / 6.25
+    s = _steady(t, 0.2 * np.arange(1, 201))
+    assert not s.short and s.method == "trend" and s.completed_per_s == pytest.approx(5, rel=0.01)
+
+
+def test_steady_rates_do_not_count_the_bunch_after_the_last_send():
+    # continuous batching finishing every request at once after the sends stop: the fitted slope reads it
+    # as ~1000/s; over the window nothing completed, so the point is behind (the 839 vs 58)
+    from loadgen.metrics import fitted_rate_per_s
+
+    t = np.arange(60) / 10
+    done = t[-1] + 2 + np.arange(60) * 1e-3
+    assert fitted_rate_per_s(done * 1e9) > 500
+    s = _steady(t, done)
+    assert s.short and s.completed_per_s < 0.02 * s.offered_per_s
+    # a request that never ended (done null) stays in the backlog
+    s = _steady(t, np.full(60, np.nan))
+    assert s.completed_per_s < 0.02 * s.offered_per_s
+    assert _steady(t[:5], t[:5] + 0.1) is None  # too few sends in the window
+    # rows without an intended time are left out, not a NaN window
+    s = _steady(np.append(t, np.nan), np.append(t + 0.1, np.nan))
+    assert s.end_ns == round(t[-1] * 1e9) and s.completed_per_s == pytest.approx(s.offered_per_s)
 
 
 def test_fitted_rate_weighs_every_event():
