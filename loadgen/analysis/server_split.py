@@ -64,7 +64,8 @@ def queue_split(server: dict | None, decomposition: dict, ttft_mean_ms: float | 
 
 def _finding(comp: str, ours: float, theirs: float) -> str:
     if comp == "queue" and ours > theirs:
-        return (f"loadgen's queue ({ours:.1f} ms) is not engine queueing: the server's own queue time is "
+        what = "is not engine queueing" if theirs < 0.5 * ours else "is more than engine queueing"
+        return (f"loadgen's queue ({ours:.1f} ms) {what}: the server's own queue time is "
                 f"{theirs:.2f} ms, so {ours - theirs:.1f} ms is front-end and step-boundary time (HTTP, chat "
                 f"template, tokenisation, IPC to the engine core, waiting for the running step)")
     if comp == "queue":
