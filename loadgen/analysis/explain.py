@@ -6,6 +6,7 @@ Adds to summary.json:
     decomposition_windows    [{"t_s", "n", component: mean ms}] per window of intended send time
     by_prompt_tokens         [{"prompt_tokens_min/max", "n", "ttft_p50", "tpot_p50", "queue_mean", ...}]
     server_histograms_ms     mean queue/prefill/decode from vLLM's histogram deltas (or null)
+    queue_split_ms           loadgen's queue/prefill/decode beside the server's, front-end time, disagreements
     calibration              the fit (coefficients, residuals) or why there is none
     roofline                 roofline.py's numbers (only with --device/--bandwidth and --model-config)
     diagnosis                [{"rule", "finding", "evidence", "remedy"}]
@@ -20,6 +21,7 @@ from loadgen.metrics import number
 from loadgen.analysis import decompose as dec
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
+from loadgen.analysis.server_split import queue_split
 from loadgen.probe.calibrate import DECODE_KEY
 from loadgen.results.folder import Explanation, Run
 
@@ -60,14 +62,17 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanat
         rate, where = _single_stream(calibration, d, prompt_mean)
         roof = roofline(model_shape(opts.model_config), bw, source, prompt_mean, output_mean, rate, where)
     max_waiting, max_kv = facts_from_metrics(metrics)
-    facts = Facts(mean=agg["mean"], ttft_mean_ms=float(number(d["ttft_ms"].mean())) if d.height else None,
+    ttft_mean = float(number(d["ttft_ms"].mean())) if d.height else None
+    hist = dec.histogram_crosscheck(metrics)
+    facts = Facts(mean=agg["mean"], ttft_mean_ms=ttft_mean,
                   by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
                   max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
     out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),
         "by_prompt_tokens": by_len,
-        "server_histograms_ms": dec.histogram_crosscheck(metrics),
+        "server_histograms_ms": hist,
+        "queue_split_ms": queue_split(hist, agg, ttft_mean),
         "calibration": ({k: v for k, v in calibration.items() if k != "probes"} if calibration
                         else run.manifest.get("calibration", "none")),
         "roofline": roof,

@@ -46,8 +46,10 @@ def explain_lines(s: Summary) -> list[str]:
     if st.get("requests_stalled"):
         lines.append(f"stalls: {st['requests_stalled']} requests stalled by other requests' prefills, "
                      f"{_f(st['total_ms'])} ms in all")
-    hist = s.get("server_histograms_ms")
-    if hist:
+    hist, split = s.get("server_histograms_ms"), s.get("queue_split_ms")
+    if split:
+        lines += split_lines(split)
+    elif hist:
         lines.append("server histograms (mean ms, cross-check): " + "  ".join(
             f"{k} {_f(hist.get(k))}" for k in ("queue", "prefill", "decode")) + f"  (n {hist.get('n')})")
     by_len = s.get("by_prompt_tokens") or []
@@ -68,6 +70,25 @@ def explain_lines(s: Summary) -> list[str]:
     for f in diagnosis:
         lines += textwrap.wrap(f"- {f['finding']}", 100, subsequent_indent="  ")
         lines += textwrap.wrap(f"remedy: {f['remedy']}", 100, initial_indent="  ", subsequent_indent="    ")
+    return lines
+
+
+def split_lines(q: dict) -> list[str]:
+    """loadgen's split beside the server's own histograms (analysis/server_split.py), front-end time named."""
+    lo, sv, tol = q["loadgen"], q["server"], q["tolerance_ms"]
+    lines = ["", f"{'vs the server (mean ms)':<24}{'loadgen':>10}{'server':>10}{'difference':>12}{'tolerance':>11}"]
+    for comp in ("queue", "prefill", "decode"):
+        a, b, diff = lo.get(comp), sv.get(comp), q["difference_ms"][comp]
+        flag = "" if diff is None or abs(diff) <= tol[comp] else "  DISAGREE"
+        lines.append(f"{comp:<24}{_f(a):>10}{_f(b):>10}{_f(diff):>12}{_f(tol[comp]):>11}{flag}")
+    lines.append(f"{'requests':<24}{lo.get('n')!s:>10}{sv.get('n')!s:>10}")
+    lines += textwrap.wrap(f"engine queue {_f(q['engine_queue_ms'])} ms; front-end/step-boundary time (loadgen queue "
+                           f"- engine queue) {_f(q['front_end_ms'])} ms"
+                           + (f" ({q['front_end_note']})" if q.get("front_end_note") else ""), 100,
+                           subsequent_indent="  ")
+    lines.append(f"tolerance: {q['tolerance_rule']}")
+    for d in q["disagreements"]:
+        lines += textwrap.wrap(f"DISAGREE ({d['component']}): {d['finding']}", 100, subsequent_indent="  ")
     return lines
 
 

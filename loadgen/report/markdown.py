@@ -52,7 +52,8 @@ def render_run(summary: Summary) -> str:
     lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",
              f"`{s['run']['path']}` against `{s['run']['target']}`", ""]
     lines += verdict_md(s)
-    for table in (t.overview(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s)):
+    for table in (t.overview(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s),
+                  t.server_crosscheck(s)):
         lines += table_md(table, s)
     lines += diagnosis_md(s)
     lines += table_md(t.config_rows(s), s)

@@ -139,11 +139,28 @@ def by_prompt(s: Summary) -> Table | None:
 
 
 def server_crosscheck(s: Summary) -> Table | None:
-    h = s.get("server_histograms_ms")
+    h, q = s.get("server_histograms_ms"), s.get("queue_split_ms")
+    if q:
+        return queue_split(q)
     if not h:
         return None
     return Table("Server histograms (mean ms, cross-check)", ["queue", "prefill", "decode", "n"],
                  [[Key(f"server_histograms_ms.{k}") if k in h else "-" for k in ("queue", "prefill", "decode", "n")]])
+
+
+def queue_split(q: dict) -> Table:
+    """loadgen's split beside the server's own (analysis/server_split.py); disagreements in the note."""
+    flagged = {d["component"] for d in q["disagreements"]}
+    rows: list[list[Cell]] = [[c, Key(f"queue_split_ms.loadgen.{c}"), Key(f"queue_split_ms.server.{c}"),
+                               Key(f"queue_split_ms.difference_ms.{c}"), Key(f"queue_split_ms.tolerance_ms.{c}"),
+                               "DISAGREE" if c in flagged else "agree"] for c in ("queue", "prefill", "decode")]
+    rows.append(["requests", Key("queue_split_ms.loadgen.n"), Key("queue_split_ms.server.n"), "", "", ""])
+    rows.append(["front-end / step-boundary", Key("queue_split_ms.front_end_ms"), "", "", "", ""])
+    notes = [f"ms; front-end = loadgen queue - engine queue; tolerance: {q['tolerance_rule']}.",
+             *([q["front_end_note"] + "."] if q.get("front_end_note") else []),
+             *(f"DISAGREE ({d['component']}): {d['finding']}." for d in q["disagreements"])]
+    return Table("loadgen vs the server's own histograms", ["", "loadgen", "server", "difference", "tolerance", ""],
+                 rows, " ".join(notes))
 
 
 def config_rows(s: Summary) -> Table | None:

@@ -110,6 +110,7 @@ class Explanation(TypedDict):
     decomposition_windows: list[Json]
     by_prompt_tokens: list[Json]
     server_histograms_ms: Json | None
+    queue_split_ms: Json | None                    # analysis/server_split.queue_split
     calibration: Json | str                        # calibration.json without its probes, or why none
     roofline: Json | None
     diagnosis: list[Json]

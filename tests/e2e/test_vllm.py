@@ -1,0 +1,219 @@
+"""End to end against a real vLLM (CPU build, tiny random-weight Llama, real 32k SPM tokenizer), default flags.
+
+One server for the module (tests/e2e/vllm_server.py; VLLM_URL=http://... reuses a running one instead).
+Every run goes through the CLI, then requests.parquet, manifest.json and the report are checked against
+vLLM's own answers: `usage.prompt_tokens` per request, and its `/metrics` histograms scraped over the run.
+Bounded: ~80 requests in all, outputs of 16-32 tokens. Figures land in conftest.FIGURES.
+
+Left to the helpers building them (issue 23): multi-turn chat and shared system prompts exact (templates
+counted whole), a second identical run still cold (prefix-cache hit rate from vLLM's counters), compare of
+--max-num-seqs 2 vs 16, the sweep's knee. Per-request server timings: test_vllm_per_request.py.
+"""
+from __future__ import annotations
+
+import io
+import os
+import textwrap
+
+import orjson
+import polars as pl
+import pytest
+
+from loadgen import metrics
+from loadgen.analysis.server_split import TOL_REL
+from loadgen.probe.server_tokenizer import ServerTokenizer
+from loadgen.probe.servers import detect
+from loadgen.results.folder import read_run
+from tests.e2e.conftest import FIGURES
+from tests.e2e.vllm_server import MODEL_NAME, VllmServer
+from tests.integration.conftest import loadgen
+
+EXTRA = '[request]\nextra_body = { ignore_eos = true }\n'
+ATTEMPTS = 3   # runs of the decomposition check (see there)
+
+
+class Running:
+    """A server someone else started (VLLM_URL): never stopped here."""
+    def __init__(self, url: str):
+        self.url = url
+
+
+@pytest.fixture(scope="module")
+def vllm(tmp_path_factory):
+    if os.environ.get("VLLM_URL"):
+        yield Running(os.environ["VLLM_URL"].rstrip("/"))
+        return
+    srv = VllmServer(tmp_path_factory.mktemp("vllm") / "vllm.log")
+    srv.start()
+    FIGURES["vllm: start to healthy, s"] = round(srv.ready_s or 0, 1)
+    yield srv
+    srv.stop()
+
+
+def workload(tmp_path, name: str, api: str, body: str) -> str:
+    p = tmp_path / f"{name}.toml"
+    p.write_text(textwrap.dedent(f"""
+        model = "{MODEL_NAME}"
+        api = "{api}"
+        seed = 7
+        [run]
+        drain_timeout = "120s"
+        # data checks on a shared 2-core machine (vLLM holds one core): the self-check's rules are
+        # unit-tested (test_selfcheck.py) and must not turn these into exit 3
+        max_send_lag_p99 = "10s"
+        max_rate_deviation = 10
+        max_cv_deviation = 100
+        """) + textwrap.dedent(body) + EXTRA)
+    return str(p)
+
+
+def fresh_seed() -> str:
+    # vLLM caches prefixes by default and one seed gives the same prompt texts: until runs are salted
+    # (issue 23 item 2) a fresh seed keeps every run cold. Checked by prefix_cache_hits where it matters.
+    return str(int.from_bytes(os.urandom(4), "little"))
+
+
+def run(vllm, wl: str, out, *flags: str, expect: int = 0):
+    p = loadgen("run", wl, "--url", vllm.url, "--out", str(out), "--quiet", "--seed", fresh_seed(), *flags,
+                timeout=600)
+    assert p.returncode == expect, p.stderr[-3000:]
+    return read_run(out), p.stderr
+
+
+def check_rows(run_, n: int, max_tokens: int) -> pl.DataFrame:
+    df = metrics.latency_columns(run_.requests, suffix="_ms")
+    assert df.height == n and df["request_id"].n_unique() == n           # one row per request
+    assert df["outcome"].to_list() == ["ok"] * n, df.filter(pl.col("outcome") != "ok")[["error_kind", "error_detail"]]
+    assert (df["prompt_tokens"] == df["planned_prompt_tokens"]).all(), df[["planned_prompt_tokens", "prompt_tokens"]]
+    assert (df["output_tokens"] == max_tokens).all()
+    m = run_.manifest
+    assert m["target"]["server"]["kind"] == "vllm", m["target"]["server"]
+    lengths = m["workload"]["prompt_lengths"]
+    assert lengths["exact"] and lengths["usage"] == {"compared": n, "equal": n, "max_abs_error": 0}, lengths
+    assert m["workload"]["tokenizer"]["shape"] == "vllm"
+    return df
+
+
+def counter_delta(sm: pl.DataFrame, name: str) -> float:
+    """Last minus first scrape of a counter, summed over its label sets."""
+    d = (sm.filter(pl.col("name") == name).group_by("labels")
+         .agg((pl.col("value").sort_by("t_ns").last() - pl.col("value").sort_by("t_ns").first()).alias("d")))
+    assert d.height, f"{name} not in the scrape"
+    return float(d["d"].sum())
+
+
+def report(run_dir) -> dict:
+    p = loadgen("report", str(run_dir), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    return orjson.loads(p.stdout)
+
+
+def test_detection_and_tokenizer(vllm):
+    kind = detect(vllm.url)
+    assert kind["kind"] == "vllm" and kind["version"] == "0.32.0", kind
+    err = io.StringIO()
+    tok = ServerTokenizer(vllm.url, "completions", progress=err)
+    assert tok.shape == "vllm" and "probing" in err.getvalue()
+    assert tok.count_prompt("Hello world") == 3        # [1, 15043, 3186]: BOS, as /v1/completions counts it
+    chat = ServerTokenizer(vllm.url, "chat")
+    # make_tiny_hf.py's template: BOS, "<|user|>\nHello world\n<|assistant|>\n" = 17 tokens in all
+    assert chat.prompt_exact and chat.count_prompt("Hello world") == 17
+
+
+def test_completions_exact_and_decomposition_against_vllms_histograms(vllm, tmp_path):
+    # Poisson 5/s, 64-512-token prompts: the calibrated decomposition (vLLM reports no per-request timings
+    # by default) against vLLM's own prefill and decode histograms over the same run, each mean within 10 %.
+    # Premises, checked on every attempt: a cold prefix cache (a hit shortens vLLM's prefill below what
+    # any idle-server fit says) and vLLM finished exactly the run's requests in the scrape window. The rate
+    # keeps the engine running when most requests arrive (vLLM never queues here: 256 seats): a request
+    # that arrives at an idle engine has no step boundary before its prefill for the client to see, its
+    # start is its send, and the whole front-end round trip (HTTP, tokenisation, IPC, detokenisation) lands
+    # in its prefill. Measured on the busy 2-core machine: at 2/s prefill +4 to +17 % (30 % of arrivals at
+    # an idle engine), at 5/s +1 to +5 %; decode within ~1 %. A host that slows the API server's core can
+    # still push one run past 10 %: up to ATTEMPTS runs are made and every attempt's figures are kept.
+    wl = workload(tmp_path, "poisson", "completions", """
+        [arrivals]
+        process = "poisson"
+        rate = "5/s"
+        [prompt]
+        tokens = { dist = "uniform", min = 64, max = 512 }
+        [output]
+        tokens = 32
+        """)
+    tried = []
+    for attempt in range(ATTEMPTS):
+        out = tmp_path / f"poisson-{attempt}"
+        r, _ = run(vllm, wl, out, "--requests", "40", "--scrape-metrics", "--scrape-interval", "500ms")
+        df = check_rows(r, 40, 32)
+        s = report(out)
+        sm = pl.read_parquet(out / "server_metrics.parquet")
+        assert counter_delta(sm, "vllm:prefix_cache_hits_total") == 0          # cold
+        assert counter_delta(sm, "vllm:prefix_cache_queries_total") > 0
+        dm, hist = s["decomposition_ms"], s["server_histograms_ms"]
+        assert dm["method"] == "calibrated" and dm["n"] == 40, dm["method"]
+        assert hist["n"] == 40, hist                    # vLLM finished exactly the run's requests in the window
+        errors = {c: dm["mean"][c] / hist[c] - 1 for c in ("prefill", "decode")}
+        tried.append({c: round(e, 3) for c, e in errors.items()}
+                     | {"client loop lateness p99 ms": r.manifest["generator"]["loop_lateness_ms"]["p99"]})
+        if all(abs(e) <= TOL_REL for e in errors.values()):
+            break
+    FIGURES["vllm: decomposition vs vLLM's histograms, relative error per attempt"] = tried
+    for comp in ("prefill", "decode"):
+        assert dm["mean"][comp] == pytest.approx(hist[comp], rel=TOL_REL), (comp, dm["mean"], hist, tried)
+    # queue means queue: vLLM never queued (default --max-num-seqs), so its queue is ~0 and loadgen's is
+    # front-end and step-boundary time, named and, beyond the tolerance, flagged
+    waiting = sm.filter(pl.col("name") == "vllm:num_requests_waiting")["value"]
+    assert waiting.len() > 0 and waiting.max() == 0
+    q = s["queue_split_ms"]
+    assert q["engine_queue_ms"] == pytest.approx(hist["queue"]) and q["engine_queue_ms"] < 1.0, q
+    assert q["front_end_ms"] == pytest.approx(dm["mean"]["queue"] - hist["queue"])
+    assert q["front_end_ms"] > 0, q                     # HTTP, tokenisation, IPC: never free
+    flagged = {d["component"] for d in q["disagreements"]}
+    assert flagged <= {"queue"}, q["disagreements"]     # prefill and decode agree, as checked above
+    assert ("queue" in flagged) == (q["front_end_ms"] > q["tolerance_ms"]["queue"])
+    text = loadgen("report", str(out)).stdout
+    assert "front-end/step-boundary time" in text and ("DISAGREE (queue)" in text) == ("queue" in flagged)
+    FIGURES["vllm poisson 5/s, 64-512 prompts: TTFT p50 / p99 ms"] = (
+        round(float(df["ttft_ms"].median()), 1), round(float(df["ttft_ms"].quantile(0.99)), 1))
+    FIGURES["vllm: prefill mean ms, loadgen / vLLM"] = (round(dm["mean"]["prefill"], 1), round(hist["prefill"], 1))
+    FIGURES["vllm: decode mean ms, loadgen / vLLM"] = (round(dm["mean"]["decode"], 1), round(hist["decode"], 1))
+    FIGURES["vllm: queue mean ms, loadgen / vLLM engine; front-end ms"] = (
+        round(dm["mean"]["queue"], 2), round(hist["queue"], 3), round(q["front_end_ms"], 2))
+
+
+def test_chat_single_turn_exact(vllm, tmp_path):
+    wl = workload(tmp_path, "chat", "chat", """
+        [arrivals]
+        process = "poisson"
+        rate = "3/s"
+        [prompt]
+        tokens = { dist = "cycle", values = [64, 300] }
+        [output]
+        tokens = 16
+        """)
+    r, _ = run(vllm, wl, tmp_path / "chat", "--requests", "12", "--no-calibrate")
+    df = check_rows(r, 12, 16)
+    assert sorted(df["prompt_tokens"].to_list()) == [64] * 6 + [300] * 6   # chat template included
+
+
+def test_trace_replay_chat(vllm, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"intended_ns": i * 250_000_000, "prompt_tokens": (64, 200)[i % 2], "max_tokens": 16} for i in range(10)]
+    trace.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in rows))
+    wl = workload(tmp_path, "trace", "chat", """
+        [arrivals]
+        process = "poisson"
+        rate = "1/s"
+        [prompt]
+        tokens = 64
+        [output]
+        tokens = 16
+        """)
+    out = tmp_path / "trace"
+    r, _ = run(vllm, wl, out, "--trace", str(trace), "--trace-format", "jsonl", "--no-calibrate")
+    df = check_rows(r, 10, 16)
+    assert sorted(df["prompt_tokens"].to_list()) == [64] * 5 + [200] * 5
+    # replayed on the trace's own times: every request sent at its row's offset from t0
+    sent = (df.sort("intended_ns")["intended_ns"] - df["intended_ns"].min()).to_list()
+    assert sent == [i * 250_000_000 for i in range(10)]
+    assert report(out)["decomposition_ms"]["method"] == "none"   # --no-calibrate, no server timings

