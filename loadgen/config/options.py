@@ -123,8 +123,12 @@ OPTIONS = (
        default=0, metavar="N", commands=(RUN,)),
     _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
        field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
-    _o(None, "how prompt lengths are counted: auto | server | approximate | local", key="prompt.tokenizer",
-       field="tokenizer", kind=kinds.choice(TOKENIZERS), default="auto", commands=()),
+    # the flag also takes a tokenizer.json's path: prompt.tokenizer = "local" with that tokenizer_file
+    # (workload.py _tokenizer_flag; relative to the working directory, as --trace is)
+    _o("--tokenizer", "how prompt lengths are counted: auto (the target's /tokenize, else approximate with a "
+       "warning, the run invalid) | server (its /tokenize, else exit 2) | approximate (a word = a token, asked "
+       "for: the run stays valid) | FILE (a local tokenizer.json)", key="prompt.tokenizer", field="tokenizer",
+       kind=kinds.choice(TOKENIZERS), default="auto", metavar="auto|server|approximate|FILE"),
     # run options: no workload file holds them
     _o("--url", "server base URL; without it the built-in simulator is started", field="url",
        kind=kinds.custom("URL"), metavar="URL", commands=RUNS),

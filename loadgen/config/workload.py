@@ -90,7 +90,7 @@ from loadgen.config import parts, sections, shipped
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
 from loadgen.config.lengths import Lengths
-from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS
+from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, TOKENIZERS
 from loadgen.config.runconfig import (Arrivals, MixClass, PrefixSpec, RunConfig, SessionSpec,  # noqa: F401
                                       TraceSpec)
 from loadgen.config.runconfig import PROCESSES
@@ -123,7 +123,7 @@ def load_run(path: str | Path | None, overrides: dict[str, Any] | None = None, *
     else:
         path = shipped.resolve(path)
         raw = _read(path)
-    problems = _trace_conflicts(raw, given)
+    problems = _trace_conflicts(raw, given) + _tokenizer_flag(raw, given)
     sources = _apply_flags(raw, given)
     opts, client_problems = client_options(**client)
     try:
@@ -195,6 +195,24 @@ def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
         target[leaf] = value
         sources[key] = flag
     return sources
+
+
+def _tokenizer_flag(raw: dict, given: dict[str, Any]) -> list[str]:
+    """--tokenizer FILE: a local tokenizer.json (relative to the working directory) = prompt.tokenizer
+    "local" with that file (given is rewritten to "local"); a word is left to the option's check."""
+    value = given.get("--tokenizer")
+    if value is None or value in TOKENIZERS:
+        return []
+    path = Path(value)
+    if not path.is_file():
+        del given["--tokenizer"]  # reported here, not again by the option's check
+        return [f"--tokenizer: must be auto, server, approximate or a tokenizer.json file, got {value!r} "
+                f"(no such file)"]
+    prompt = raw.setdefault("prompt", {})
+    if isinstance(prompt, dict):
+        prompt["tokenizer_file"] = str(path.resolve())
+    given["--tokenizer"] = "local"
+    return []
 
 
 def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:
