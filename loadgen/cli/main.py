@@ -13,7 +13,7 @@ import sys
 from loadgen import __version__
 from loadgen.cli import compare, export, report, run, schedule, sim, sweep, twin, workloads
 from loadgen.cli.common import EXAMPLES, RAW
-from loadgen.errors import ExitCode, InputError, LoadgenError
+from loadgen.errors import ExitCode, InputError, LoadgenError, exit_table
 
 COMMANDS = {"run": run.command, "report": report.command, "schedule": schedule.command,
             "export": export.command, "sweep": sweep.command, "compare": compare.command,
@@ -34,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (run, report, schedule, export, sim, sweep, compare, workloads):
         module.add_parser(sub)
     twin.add_parsers(sub)  # fit, predict
+    for name, command in sub.choices.items():  # every command's --help ends with the exit codes (not sim's own)
+        if name != "sim" and exit_table() not in (command.epilog or ""):
+            command.epilog = (command.epilog.rstrip("\n") + "\n\n" if command.epilog else "") + exit_table()
+            command.formatter_class = RAW
     return parser
 
 
