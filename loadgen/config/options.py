@@ -83,7 +83,9 @@ OPTIONS = (
        kind=kinds.choice(BACKENDS), default="openai", metavar="NAME"),
     _o("--rate", "arrival rate, e.g. 8/s", key="arrivals.rate", field="arrivals.rate_per_s",
        kind=kinds.custom("rate", "per_s"), metavar="RATE"),
-    _o("--requests", "number of requests (replaces the file's duration)", key="run.requests", field="requests",
+    _o("--requests", "number of requests (with a [session] table: of conversations, each of several requests; "
+       "the run says how many requests that plans); replaces the file's duration", key="run.requests",
+       field="requests",
        kind=kinds.integer(1), metavar="N", exclusive="bound"),
     _o("--duration", "schedule length, e.g. 60s (replaces the file's requests)", key="run.duration",
        field="duration_ns", kind=DURATION, metavar="DURATION", exclusive="bound"),
