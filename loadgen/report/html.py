@@ -53,7 +53,7 @@ def table_html(t: tables.Table | None, s: Mapping[str, Any]) -> str:
 
 def _cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
     if isinstance(c, tables.Key):
-        scale = ' data-scale="100"' if c.pct else ""
+        scale = ' data-scale="100"' if c.pct else f' data-scale="{c.scale!r}"' if c.scale != 1.0 else ""
         return f'<td data-k="{escape(c.path)}"{scale}>{escape(tables.text(c, s))}</td>'
     return f"<td>{escape(c)}</td>"
 
