@@ -27,15 +27,17 @@ from loadgen.results.folder import Run, Summary
 SIZE_BOUND_BYTES = 2_000_000
 # The stacked bars split decode into its parts (decode = ideal + contention + stalls).
 BAR_PARTS = ("send_lag", "connect", "queue", "prefill", "decode_ideal", "decode_contention", "decode_stalls", "other")
+# The charts fill the page's width (their viewBox keeps the aspect; width/height attributes are the size without CSS),
+# up to the body's max-width: a 1400 px window draws them ~1350 px wide, not at their 760 px drawing size.
 CSS = """
-body{font-family:sans-serif;margin:24px;max-width:1040px;color:#222}
+body{font-family:sans-serif;margin:24px;max-width:1600px;color:#222}
 h1{font-size:20px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd} h3{font-size:14px;margin:10px 0 4px}
 .row{display:flex;gap:28px;flex-wrap:wrap;align-items:flex-start}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} td:first-child,th:first-child{text-align:left}
 .verdict{padding:8px 12px;border-radius:4px;font-weight:bold}
 .valid{background:#e6f4e6;border:1px solid #8c8} .invalid{background:#fbe9e9;border:1px solid #d88}
-.note{color:#666;font-size:12px} svg.plot{display:block;margin:8px 0}
+.note{color:#666;font-size:12px} svg.plot{display:block;margin:8px 0;width:100%;height:auto}
 pre{background:#f6f6f6;padding:8px;font-size:11px;overflow:auto;max-height:400px}
 """
 

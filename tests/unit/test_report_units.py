@@ -23,3 +23,15 @@ def test_the_config_table_shows_a_duration_in_seconds():
     s = _summary(None)  # a run bounded by requests
     assert '<td>duration (s)</td><td data-k="config.duration_ns" data-scale="1e-09">-</td>' in table_html(
         config_rows(s), s)
+
+
+def test_the_charts_scale_to_the_page_width():
+    # the stylesheet lets every chart fill the body (its viewBox keeps the aspect) and the body is not
+    # narrower than a 1400 px window; the browser test measures it (tests/integration/test_report_browser.py)
+    from loadgen.report.html import CSS
+
+    rules = dict(re.findall(r"([\w.]+)\{([^}]*)\}", CSS))
+    plot = dict(d.split(":", 1) for d in rules["svg.plot"].split(";"))
+    assert plot["width"] == "100%" and plot["height"] == "auto"
+    body = dict(d.split(":", 1) for d in rules["body"].split(";"))
+    assert int(body["max-width"].removesuffix("px")) >= 1400
