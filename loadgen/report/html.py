@@ -108,6 +108,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     # one time axis for every chart of the section (scrapes may start before t0)
     t_all = [t for ts in (*per_metric.values(), srv, thr) if ts is not None for t in ts.t_s]
     x_range = (min(0.0, *t_all), max(1.0, *t_all))
+    warm = figures.warmup_span(run)  # shaded and labelled on each chart, not an unexplained zero
     for m, ts in per_metric.items():
         if ts is None:
             continue
@@ -119,24 +120,24 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
             ser.color = colors[ser.label.split()[0]]
         out.append(line_chart("Latency over time (per interval of the HdrHistogram logs)", lat, y_kind="log",
                               x_label="s from t0 (interval in which requests finished)", y_label="ms",
-                              plot_id="latency-time", x_range=x_range))
+                              plot_id="latency-time", x_range=x_range, shade=warm))
     if srv is not None:
         counts = [Series(k, srv.t_s, v) for k, v in srv.values.items() if not k.startswith("KV")]
         if counts:
             out.append(line_chart("Server: requests waiting and running (/metrics)", counts, x_label="s from t0",
                                   y_label="requests", plot_id="server-queue",
-                                  x_range=x_range))
+                                  x_range=x_range, shade=warm))
         if "KV usage %" in srv.values:
             out.append(line_chart("Server: KV cache usage (/metrics)", [Series("KV usage %", srv.t_s,
                                   srv.values["KV usage %"], color="#9467bd")], x_label="s from t0", y_label="%",
-                                  plot_id="server-kv", x_range=x_range))
+                                  plot_id="server-kv", x_range=x_range, shade=warm))
     if thr is not None:
         req = [Series(k, thr.t_s, v, dashed=k.startswith("offered")) for k, v in thr.values.items() if "req" in k]
         out.append(line_chart("Throughput over time: requests", req, x_label="s from t0", y_label="req/s",
-                              plot_id="throughput-req", x_range=x_range))
+                              plot_id="throughput-req", x_range=x_range, shade=warm))
         out.append(line_chart("Throughput over time: output tokens", [Series("output tok/s", thr.t_s,
                               thr.values["output tok/s"], color="#2ca02c")], x_label="s from t0", y_label="tok/s",
-                              plot_id="throughput-tok", x_range=x_range))
+                              plot_id="throughput-tok", x_range=x_range, shade=warm))
     return "<h2>Over time</h2>" + "".join(out) if out else ""
 
 
