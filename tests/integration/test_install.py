@@ -1,9 +1,11 @@
 """An installed loadgen runs without a checkout: the wheel carries the shipped workloads (found by name)
 and a run needs no file when the flags describe the workload. The wheel is built from a copy of the
 sources (the checkout is left untouched), installed into a fresh venv outside the checkout, and run from an
-empty folder against the built-in simulator. Offline: no build isolation, no index; the new venv reads
+empty folder against the built-in simulator. Offline: no build isolation, no index (unless this
+interpreter has no setuptools to build with); the new venv reads
 the dependencies from this interpreter's site-packages through a .pth line (a plain path, so the editable
 install's finder in there is not activated: the wheel's loadgen is the one imported)."""
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -33,8 +35,9 @@ def installed(tmp_path_factory) -> Path:
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy2)(
             ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
                                       if (ROOT / name).is_dir() else {}))
-    p = _sh(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-            "-w", base / "dist", src, cwd=base)
+    # offline with this interpreter's setuptools; where it has none (a Python >= 3.12 venv), pip fetches one
+    offline = ("--no-build-isolation", "--no-index") if importlib.util.find_spec("setuptools") else ()
+    p = _sh(sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", base / "dist", src, cwd=base)
     assert p.returncode == 0, p.stderr
     (wheel,) = (base / "dist").glob("loadgen-*.whl")
     venv = base / "venv"
