@@ -3,8 +3,8 @@ happened, over the DevTools protocol (CDP) on a 127.0.0.1 port, with aiohttp's w
 
 `open_page(path, png)` returns console errors and exceptions, every network request the page made (an
 offline report makes none: only its own file:// URL), per `svg.plot` the number of drawn marks with a
-non-empty box, and saves a full-page screenshot. The browser is started with its own profile folder and
-stopped by its PID.
+non-empty box and its drawn width (CSS px), and saves a full-page screenshot. The browser is started with
+its own profile folder and stopped by its PID.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import aiohttp
 # Per plot: its id, title, and how many `.mark` elements have a box of positive size.
 PLOTS_JS = """JSON.stringify(Array.from(document.querySelectorAll('svg.plot')).map(s => ({
   id: s.id, title: (s.querySelector('title') || {}).textContent,
+  width: s.getBoundingClientRect().width,
   marks: Array.from(s.querySelectorAll('.mark')).filter(m => { const b = m.getBBox();
     return (b.width > 0 || b.height > 0) && m.getClientRects().length > 0; }).length})))"""
 

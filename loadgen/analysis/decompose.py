@@ -14,7 +14,8 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
       decode_ideal       idle-server ITL x (output_tokens - 1): what decoding alone would have cost
       decode_stalls      extra time of gaps that overlap other requests' prefills (see stalls.py), at most
                          decode - decode_ideal less the client's measured read lateness
-      decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower)
+      decode_contention  decode - decode_ideal - decode_stalls: batching (a shared step is slower); not
+                         clamped at 0: negative means decode_ideal was overstated (diagnose.py ideal_overstated)
     other      e2e - send_lag - slot_wait - connect - queue - prefill - decode: network, HTTP, tokenization,
                the server's own overhead (explicit residual, may be slightly negative from rounding)
 

@@ -12,6 +12,10 @@ so a finding can always be traced to the numbers that fired it.
   prefill_cost     median TTFT of the longest-prompt bin >= TTFT_GROWTH x the shortest bin's while
                    queue < QUEUE_SMALL of mean TTFT: TTFT is prefill work, it grows with prompt length
   below_ceiling    single-stream decode below CEILING_FRACTION of the bandwidth ceiling (roofline.py)
+  ideal_overstated mean decode_contention < 0 by more than NEGATIVE_SHARE of decode_ideal: the streams
+                   decoded faster than the idle calibration says decoding alone costs, so decode_ideal is
+                   too high. It is not clamped (decode = ideal + contention + stalls must still add up):
+                   this finding says why it is negative
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ KV_FULL = 0.95
 STALL_SHARE = 0.10
 TTFT_GROWTH = 1.5
 CEILING_FRACTION = 0.5
+NEGATIVE_SHARE = 0.02   # of decode_ideal: below it, a negative contention is the calibration's noise
 # The command the overload remedy recommends (tests/unit/test_diagnose.py parses it with the CLI's parser).
 SWEEP_COMMAND = "loadgen sweep WORKLOAD.toml --start 1/s --refine 3"
 
@@ -130,7 +135,22 @@ def below_ceiling(f: Facts) -> dict | None:
                       "unquantized or mis-sharded model, small-batch kernels."}
 
 
-RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling)
+def ideal_overstated(f: Facts) -> dict | None:
+    c, ideal, dec = f.mean.get("decode_contention"), f.mean.get("decode_ideal"), f.mean.get("decode")
+    if c is None or not ideal or c >= 0 or -c < NEGATIVE_SHARE * ideal:
+        return None
+    return {"rule": "ideal_overstated", "finding": f"decode_contention is negative (mean {c:.1f} ms, "
+            f"{-c / ideal:.0%} of decode_ideal {ideal:.1f} ms): the streams decoded faster than the idle-server "
+            "calibration says decoding alone costs, so decode_ideal overstates the ideal by at least that much. "
+            "It is left negative, not clamped, so that decode = ideal + contention + stalls still adds up.",
+            "evidence": {"mean_decode_contention_ms": c, "mean_decode_ideal_ms": ideal, "mean_decode_ms": dec},
+            "remedy": "Read decode_ideal as an upper bound (and contention as at least this much higher). The "
+                      "calibration's few idle probes measured a slower decode than the run saw: other work on the "
+                      "server or this host during calibration (it runs before t0), or a server that runs faster "
+                      "once warm; re-run with both quiet before t0."}
+
+
+RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling, ideal_overstated)
 
 
 def diagnose(f: Facts) -> list[dict]:

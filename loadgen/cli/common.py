@@ -26,6 +26,8 @@ examples:
   loadgen compare results/a results/b --fail-if "p99 ttft > +10%"
 """
 RAW = argparse.RawDescriptionHelpFormatter
+WORKLOAD_HELP = ("workload file (TOML), or a shipped workload's name (`loadgen workloads` lists them); omitted: "
+                 "the flags describe it (--rate, --prompt-tokens, --max-tokens, --requests or --duration)")
 
 
 def workload_config(args: argparse.Namespace):

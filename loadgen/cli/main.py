@@ -2,7 +2,7 @@
 codes (loadgen.errors.ExitCode; the table is in `--help` and docs/cli.md).
 
 Data goes to stdout, logs and progress to stderr. Each subcommand module (run, report, schedule, export,
-sweep, compare, twin: fit/predict, sim) has add_parser(sub) and command(args) -> int, and imports its
+sweep, compare, twin: fit/predict, sim, workloads) has add_parser(sub) and command(args) -> int, and imports its
 heavy modules inside command() so that `loadgen --help` starts fast.
 """
 from __future__ import annotations
@@ -11,13 +11,13 @@ import argparse
 import sys
 
 from loadgen import __version__
-from loadgen.cli import compare, export, report, run, schedule, sim, sweep, twin
+from loadgen.cli import compare, export, report, run, schedule, sim, sweep, twin, workloads
 from loadgen.cli.common import EXAMPLES, RAW
-from loadgen.errors import ExitCode, InputError, LoadgenError
+from loadgen.errors import ExitCode, InputError, LoadgenError, exit_table
 
 COMMANDS = {"run": run.command, "report": report.command, "schedule": schedule.command,
             "export": export.command, "sweep": sweep.command, "compare": compare.command,
-            "fit": twin.fit_command, "predict": twin.predict_command}
+            "fit": twin.fit_command, "predict": twin.predict_command, "workloads": workloads.command}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,9 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
                      epilog=EXAMPLES, formatter_class=RAW)
     parser.add_argument("--version", action="version", version=f"loadgen {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for module in (run, report, schedule, export, sim, sweep, compare):
+    for module in (run, report, schedule, export, sim, sweep, compare, workloads):
         module.add_parser(sub)
     twin.add_parsers(sub)  # fit, predict
+    for name, command in sub.choices.items():  # every command's --help ends with the exit codes (not sim's own)
+        if name != "sim" and exit_table() not in (command.epilog or ""):
+            command.epilog = (command.epilog.rstrip("\n") + "\n\n" if command.epilog else "") + exit_table()
+            command.formatter_class = RAW
     return parser
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadgen.cli.common import EXAMPLES, RAW, workload_config
+from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
 from loadgen.config.options import add_options
 
 
 def add_parser(sub) -> None:
     run = sub.add_parser("run", help="offer a workload to a server and record every request",
                          epilog=EXAMPLES, formatter_class=RAW)
-    run.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    run.add_argument("workload", nargs="?", help=WORKLOAD_HELP)
     add_options(run, "run")
     run.add_argument("--quiet", action="store_true", help="no progress line")
 

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from loadgen.cli.common import EXAMPLES, RAW, workload_config
+from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
 
@@ -14,7 +14,7 @@ from loadgen.errors import ExitCode
 def add_parser(sub) -> None:
     sch = sub.add_parser("schedule", help="dry run: print the planned requests as JSON lines",
                          epilog=EXAMPLES, formatter_class=RAW)
-    sch.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    sch.add_argument("workload", nargs="?", help=WORKLOAD_HELP)
     add_options(sch, "schedule")
     sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
 

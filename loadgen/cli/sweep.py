@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
     sw = sub.add_parser("sweep", help="run a workload at a series of rates: the saturation knee, max goodput",
                         description="One results folder per rate, a sweep manifest and summary "
                                     "(docs/sweep-and-compare.md).", epilog=SWEEP_EXAMPLES, formatter_class=RAW)
-    sw.add_argument("workload", help="workload file (TOML), e.g. workloads/quickstart.toml")
+    sw.add_argument("workload", help="workload file (TOML) or a shipped workload's name (`loadgen workloads`)")
     add_options(sw, "sweep")  # the workload's flags and the run options a sweep passes to every point
     sw.add_argument("--quiet", action="store_true", help="no progress lines")
     sw.add_argument("--rates", help="rates to measure, e.g. 2,4,8/s (a unit on the last one applies to all)")

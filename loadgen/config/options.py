@@ -85,7 +85,9 @@ OPTIONS = (
        kind=kinds.choice(BACKENDS), default="openai", metavar="NAME"),
     _o("--rate", "arrival rate, e.g. 8/s", key="arrivals.rate", field="arrivals.rate_per_s",
        kind=kinds.custom("rate", "per_s"), metavar="RATE"),
-    _o("--requests", "number of requests (replaces the file's duration)", key="run.requests", field="requests",
+    _o("--requests", "number of requests (with a [session] table: of conversations, each of several requests; "
+       "the run says how many requests that plans); replaces the file's duration", key="run.requests",
+       field="requests",
        kind=kinds.integer(1), metavar="N", exclusive="bound"),
     _o("--duration", "schedule length, e.g. 60s (replaces the file's requests)", key="run.duration",
        field="duration_ns", kind=DURATION, metavar="DURATION", exclusive="bound"),
@@ -125,8 +127,12 @@ OPTIONS = (
        default=0, metavar="N", commands=(RUN,)),
     _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
        field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
-    _o(None, "how prompt lengths are counted: auto | server | approximate | local", key="prompt.tokenizer",
-       field="tokenizer", kind=kinds.choice(TOKENIZERS), default="auto", commands=()),
+    # the flag also takes a tokenizer.json's path: prompt.tokenizer = "local" with that tokenizer_file
+    # (workload.py _tokenizer_flag; relative to the working directory, as --trace is)
+    _o("--tokenizer", "how prompt lengths are counted: auto (the target's /tokenize, else approximate with a "
+       "warning, the run invalid) | server (its /tokenize, else exit 2) | approximate (a word = a token, asked "
+       "for: the run stays valid) | FILE (a local tokenizer.json)", key="prompt.tokenizer", field="tokenizer",
+       kind=kinds.choice(TOKENIZERS), default="auto", metavar="auto|server|approximate|FILE"),
     # run options: no workload file holds them
     _o("--url", "server base URL; without it the built-in simulator is started", field="url",
        kind=kinds.custom("URL"), metavar="URL", commands=RUNS),

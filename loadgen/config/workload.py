@@ -86,11 +86,11 @@ from typing import Any
 import tomllib
 
 from loadgen.errors import ConfigError
-from loadgen.config import parts, sections
+from loadgen.config import parts, sections, shipped
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
 from loadgen.config.lengths import Lengths
-from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS
+from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, TOKENIZERS
 from loadgen.config.runconfig import (Arrivals, MixClass, PrefixSpec, RunConfig, SessionSpec,  # noqa: F401
                                       TraceSpec)
 from loadgen.config.runconfig import PROCESSES
@@ -101,30 +101,29 @@ __all__ = ["ConfigError", "Lengths", "RunConfig", "Arrivals", "TraceSpec", "MixC
            "SessionSpec", "BACKENDS", "redact_url", "load", "load_run", "validate", "with_overrides"]
 
 
-def load(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str | None = None,
+def load(path: str | Path | None, overrides: dict[str, Any] | None = None, *, url: str | None = None,
          out: str | None = None, sim_args: tuple[str, ...] = ()) -> RunConfig:
-    """Read a workload file, apply command-line options ({flag: value}, see options.py), validate;
+    """Read a workload file (a path, or a shipped workload's name: config/shipped.py; None: the flags
+    alone describe it, FLAGS_ONLY), apply command-line options ({flag: value}, see options.py), validate;
     raise ConfigError with every problem."""
     return load_run(path, overrides, url=url, out=out, sim_args=sim_args)[0]
 
 
-def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, url: str | None = None,
+def load_run(path: str | Path | None, overrides: dict[str, Any] | None = None, *, url: str | None = None,
              out: str | None = None, sim_args: tuple[str, ...] = ()) -> tuple[RunConfig, ClientOptions]:
     """load(), and the client options (--header, --insecure, --ca-bundle, --overwrite) validated in the
     same round: one ConfigError holds the problems of the file, the flags and the client options."""
-    path = Path(path)
     given = {f: v for f, v in (overrides or {}).items() if v is not None}
     client = {BY_FLAG[f].run_field: given.pop(f) for f in list(given) if BY_FLAG[f].client}
     run_options: dict[str, Any] = {"url": url, "out": out, "sim_args": sim_args}
     for flag in [f for f in given if BY_FLAG[f].key is None]:
         run_options[BY_FLAG[flag].run_field] = given.pop(flag)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError([f"{path}: no such workload file"]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
-    problems = _trace_conflicts(raw, given)
+    if path is None:
+        path, raw = Path(FLAGS_SOURCE), _flags_only(given)
+    else:
+        path = shipped.resolve(path)
+        raw = _read(path)
+    problems = _trace_conflicts(raw, given) + _tokenizer_flag(raw, given)
     sources = _apply_flags(raw, given)
     opts, client_problems = client_options(**client)
     try:
@@ -134,6 +133,41 @@ def load_run(path: str | Path, overrides: dict[str, Any] | None = None, *, url: 
     if problems + client_problems:
         raise ConfigError(problems + client_problems)
     return config, opts
+
+
+# The workload of a run without a file (`loadgen run --rate 10/s --prompt-tokens 512 --max-tokens 128
+# --requests 200`): Poisson arrivals of random prompts of exactly the asked lengths; every other key is the
+# options' default, the model the target's (asked of /v1/models).
+FLAGS_SOURCE = "(flags)"
+FLAGS_ONLY = {"name": "random", "arrivals": {"process": "poisson"}}
+
+
+def _flags_only(given: dict[str, Any]) -> dict:
+    """FLAGS_ONLY, when the flags say enough: a rate (or --concurrency), both lengths (or a --trace) and a
+    bound; else one ConfigError naming every missing flag."""
+    missing = []
+    if "--trace" not in given:
+        if "--rate" not in given and not given.get("--concurrency"):
+            missing.append("--rate (or --concurrency)")
+        missing += [f for f in ("--prompt-tokens", "--max-tokens") if f not in given]
+        if "--requests" not in given and "--duration" not in given:
+            missing.append("--requests or --duration")
+    if missing:
+        raise ConfigError([f"no workload file: give one (a path, or a shipped workload's name: `loadgen "
+                           f"workloads` lists them), or describe the workload with flags; missing: "
+                           f"{', '.join(missing)}"])
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in FLAGS_ONLY.items()}
+
+
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        known = shipped.names()
+        hint = f" (shipped workloads, by name: {', '.join(known)})" if known and len(path.parts) == 1 else ""
+        raise ConfigError([f"{path}: no such workload file{hint}"]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
 
 
 def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
@@ -161,6 +195,24 @@ def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
         target[leaf] = value
         sources[key] = flag
     return sources
+
+
+def _tokenizer_flag(raw: dict, given: dict[str, Any]) -> list[str]:
+    """--tokenizer FILE: a local tokenizer.json (relative to the working directory) = prompt.tokenizer
+    "local" with that file (given is rewritten to "local"); a word is left to the option's check."""
+    value = given.get("--tokenizer")
+    if value is None or value in TOKENIZERS:
+        return []
+    path = Path(value)
+    if not path.is_file():
+        del given["--tokenizer"]  # reported here, not again by the option's check
+        return [f"--tokenizer: must be auto, server, approximate or a tokenizer.json file, got {value!r} "
+                f"(no such file)"]
+    prompt = raw.setdefault("prompt", {})
+    if isinstance(prompt, dict):
+        prompt["tokenizer_file"] = str(path.resolve())
+    given["--tokenizer"] = "local"
+    return []
 
 
 def _trace_conflicts(raw: dict, overrides: dict[str, Any]) -> list[str]:

@@ -101,6 +101,19 @@ def _binned(t_ns: pl.Series, weights: pl.Series | None, span_ns: int, max_points
     return ((np.arange(n_bins) + 0.5) * width / NS_PER_S).tolist(), (sums / (width / NS_PER_S)).tolist()
 
 
+def warmup_span(run: Run) -> tuple[float, float, str] | None:
+    """(0, s from t0 when the first measured request was due, label) when the run had warm-up requests:
+    they are sent but left out of the statistics, so the charts over time show nothing there."""
+    req = run.requests
+    if "warmup" not in req.columns:
+        return None
+    n = int(req["warmup"].sum())
+    due = req.filter(~pl.col("warmup"))["intended_ns"].drop_nulls()
+    if n == 0 or due.len() == 0:
+        return None
+    return 0.0, number(due.min()) / NS_PER_S, f"warm-up: {n} requests, not measured"
+
+
 def throughput(run: Run, max_points: int = TIME_POINTS) -> TimeSeries | None:
     """Offered requests/s (intended), completed ok requests/s and output tokens/s over time (measured rows)."""
     req = measured(run)

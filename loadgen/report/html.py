@@ -27,15 +27,17 @@ from loadgen.results.folder import Run, Summary
 SIZE_BOUND_BYTES = 2_000_000
 # The stacked bars split decode into its parts (decode = ideal + contention + stalls).
 BAR_PARTS = ("send_lag", "connect", "queue", "prefill", "decode_ideal", "decode_contention", "decode_stalls", "other")
+# The charts fill the page's width (their viewBox keeps the aspect; width/height attributes are the size without CSS),
+# up to the body's max-width: a 1400 px window draws them ~1350 px wide, not at their 760 px drawing size.
 CSS = """
-body{font-family:sans-serif;margin:24px;max-width:1040px;color:#222}
+body{font-family:sans-serif;margin:24px;max-width:1600px;color:#222}
 h1{font-size:20px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd} h3{font-size:14px;margin:10px 0 4px}
 .row{display:flex;gap:28px;flex-wrap:wrap;align-items:flex-start}
 table{border-collapse:collapse;margin:8px 0;font-size:13px}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} td:first-child,th:first-child{text-align:left}
 .verdict{padding:8px 12px;border-radius:4px;font-weight:bold}
 .valid{background:#e6f4e6;border:1px solid #8c8} .invalid{background:#fbe9e9;border:1px solid #d88}
-.note{color:#666;font-size:12px} svg.plot{display:block;margin:8px 0}
+.note{color:#666;font-size:12px} svg.plot{display:block;margin:8px 0;width:100%;height:auto}
 pre{background:#f6f6f6;padding:8px;font-size:11px;overflow:auto;max-height:400px}
 """
 
@@ -53,7 +55,7 @@ def table_html(t: tables.Table | None, s: Mapping[str, Any]) -> str:
 
 def _cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
     if isinstance(c, tables.Key):
-        scale = ' data-scale="100"' if c.pct else ""
+        scale = ' data-scale="100"' if c.pct else f' data-scale="{c.scale!r}"' if c.scale != 1.0 else ""
         return f'<td data-k="{escape(c.path)}"{scale}>{escape(tables.text(c, s))}</td>'
     return f"<td>{escape(c)}</td>"
 
@@ -106,6 +108,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     # one time axis for every chart of the section (scrapes may start before t0)
     t_all = [t for ts in (*per_metric.values(), srv, thr) if ts is not None for t in ts.t_s]
     x_range = (min(0.0, *t_all), max(1.0, *t_all))
+    warm = figures.warmup_span(run)  # shaded and labelled on each chart, not an unexplained zero
     for m, ts in per_metric.items():
         if ts is None:
             continue
@@ -117,24 +120,24 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
             ser.color = colors[ser.label.split()[0]]
         out.append(line_chart("Latency over time (per interval of the HdrHistogram logs)", lat, y_kind="log",
                               x_label="s from t0 (interval in which requests finished)", y_label="ms",
-                              plot_id="latency-time", x_range=x_range))
+                              plot_id="latency-time", x_range=x_range, shade=warm))
     if srv is not None:
         counts = [Series(k, srv.t_s, v) for k, v in srv.values.items() if not k.startswith("KV")]
         if counts:
             out.append(line_chart("Server: requests waiting and running (/metrics)", counts, x_label="s from t0",
                                   y_label="requests", plot_id="server-queue",
-                                  x_range=x_range))
+                                  x_range=x_range, shade=warm))
         if "KV usage %" in srv.values:
             out.append(line_chart("Server: KV cache usage (/metrics)", [Series("KV usage %", srv.t_s,
                                   srv.values["KV usage %"], color="#9467bd")], x_label="s from t0", y_label="%",
-                                  plot_id="server-kv", x_range=x_range))
+                                  plot_id="server-kv", x_range=x_range, shade=warm))
     if thr is not None:
         req = [Series(k, thr.t_s, v, dashed=k.startswith("offered")) for k, v in thr.values.items() if "req" in k]
         out.append(line_chart("Throughput over time: requests", req, x_label="s from t0", y_label="req/s",
-                              plot_id="throughput-req", x_range=x_range))
+                              plot_id="throughput-req", x_range=x_range, shade=warm))
         out.append(line_chart("Throughput over time: output tokens", [Series("output tok/s", thr.t_s,
                               thr.values["output tok/s"], color="#2ca02c")], x_label="s from t0", y_label="tok/s",
-                              plot_id="throughput-tok", x_range=x_range))
+                              plot_id="throughput-tok", x_range=x_range, shade=warm))
     return "<h2>Over time</h2>" + "".join(out) if out else ""
 
 

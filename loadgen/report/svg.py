@@ -196,6 +196,19 @@ class Canvas:
                           f'<text x="{_f(tx)}" y="{_f(top + 12 * self.markers)}"{anchor} '
                           f'fill="{color}" font-size="10"{attrs}>{label}</text>')
 
+    def shade(self, x_from: float, x_to: float, label: str) -> None:
+        """A grey band over [x_from, x_to] (clipped to the axis) with a label at its top, e.g. the warm-up
+        whose requests the statistics leave out. Not a `.mark`: it draws no datum."""
+        lo, hi = sorted((self.x.lo, self.x.hi))
+        a, b = max(lo, x_from), min(hi, x_to)
+        if not (drawable(self.x.kind, a) and drawable(self.x.kind, b)) or b <= a:
+            return
+        top, bottom = min(self.y.px0, self.y.px1), max(self.y.px0, self.y.px1)
+        self.parts.append(f'<rect class="shade" x="{_f(self.x(a))}" y="{_f(top)}" width="{_f(self.x(b) - self.x(a))}" '
+                          f'height="{_f(bottom - top)}" fill="#999" fill-opacity="0.15"><title>{escape(label)}</title>'
+                          f'</rect><text class="shade-label" x="{_f(self.x(a) + 3)}" y="{_f(bottom - 4)}" fill="#666" '
+                          f'font-size="10">{escape(label)}</text>')
+
     def svg(self) -> str:
         lx = self.x.px1 + 10
         leg = []
@@ -226,13 +239,16 @@ def frame(title: str, x_kind: str, x_range: tuple[float, float], y_kind: str, y_
 def line_chart(title: str, series: list[Series], *, x_kind: str = "lin", y_kind: str = "lin",
                x_label: str = "", y_label: str = "", y_zero: bool = True, plot_id: str = "",
                x_range: tuple[float, float] | None = None, width: int = WIDTH, height: int = HEIGHT,
-               markers: Sequence[tuple[float, str, str]] = ()) -> str:
+               markers: Sequence[tuple[float, str, str]] = (),
+               shade: tuple[float, float, str] | None = None) -> str:
     """Several series against one x (time, rate, ...), optional confidence bands; markers: vertical rules
-    (x, label html, colour), e.g. a sweep's knee."""
+    (x, label html, colour), e.g. a sweep's knee; shade: a labelled band (x from, x to, label), e.g. warm-up."""
     xs = [x for s in series for x in s.xs]
     ys = [y for s in series for y in (*s.ys, *((*s.band[0], *s.band[1]) if s.band else ()))]
     c = frame(title, x_kind, x_range or extent(x_kind, xs), y_kind, extent(y_kind, ys, zero=y_zero),
               x_label=x_label, y_label=y_label, plot_id=plot_id, width=width, height=height)
+    if shade is not None:  # under the lines
+        c.shade(*shade)
     for i, s in enumerate(series):
         c.line(s, s.color or PALETTE[i % len(PALETTE)])
     for x, label, color in markers:

@@ -22,6 +22,7 @@ from loadgen.results.folder import Summary
 class Key:
     path: str
     pct: bool = False    # a fraction shown as a signed percentage (compare's relative changes)
+    scale: float = 1.0   # shown as value x scale, in the unit the label names (1e-9: ns shown in s)
 
 
 Cell = str | Key
@@ -46,6 +47,8 @@ def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
     if c.pct and v is not None:
         return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
+    if c.scale != 1.0 and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return show(float(v) * c.scale)
     return show(v)
 
 
@@ -167,16 +170,18 @@ def config_rows(s: Summary) -> Table | None:
     c = s.get("config")
     if not isinstance(c, dict):
         return None
-    keys = [("name", "config.name"), ("model", "config.model"), ("api", "config.api"), ("backend", "config.backend"),
+    keys: list[tuple[str, str | Key]] = [
+            ("name", "config.name"), ("model", "config.model"), ("api", "config.api"), ("backend", "config.backend"),
             ("arrivals", "config.arrivals.process"), ("rate (req/s)", "config.arrivals.rate_per_s"),
-            ("requests", "config.requests"), ("duration (ns)", "config.duration_ns"),
+            ("requests", "config.requests"), ("duration (s)", Key("config.duration_ns", scale=1e-9)),
             ("warm-up requests", "config.warmup_requests"), ("max concurrency", "config.max_concurrency"),
             ("seed", "config.seed"), ("target", "run.target")]
     rows: list[list[Cell]] = []
     for label, path in keys:
+        key = path if isinstance(path, Key) else Key(path)
         try:
-            lookup(s, path)
+            lookup(s, key.path)
         except (KeyError, IndexError, TypeError):
             continue
-        rows.append([label, Key(path)])
+        rows.append([label, key])
     return Table("Configuration", ["", "value"], rows)

@@ -183,6 +183,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     impossible = (session_turns(records) or {}).get("impossible")
     if lengths is not None and impossible:
         lengths["turns_impossible"] = impossible  # named in the usage check's reason
+    said = lengths["reason"] if lengths else None  # say_workload said it before the run: judge() may add the usage's
     verdict = judge(facts.config, requests, status, lengths, launcher_reasons)
     generator = combine_generators(verdict, records)
     if workers is not None:
@@ -193,7 +194,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
                             workers=workers, ray=ray)
     writer.manifest(manifest)
-    if lengths is not None:
+    if lengths is not None and lengths["reason"] != said:  # once: only news from the server's usage counts
         say_lengths(progress, lengths)
     say(progress, f"{final_line}  [{verdict.status}]")
     for reason in verdict.reasons:

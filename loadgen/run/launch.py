@@ -22,7 +22,7 @@ from typing import TextIO
 from loadgen.config.client import ClientOptions, target_url_and_headers
 from loadgen.config.workload import ConfigError, RunConfig, with_overrides
 from loadgen.plan.limits import check_config, check_schedule
-from loadgen.plan.schedule import build
+from loadgen.plan.schedule import Schedule, build
 from loadgen.results.folder import RunWriter
 from loadgen.run import ray_workers
 from loadgen.run.outcome import RunOutcome, say
@@ -32,6 +32,21 @@ from loadgen.run.workers import count_for, run_workers
 from loadgen.sim.process import SimProcess
 
 __all__ = ["RunOutcome", "default_out", "run_workload"]
+
+
+def plan_line(schedule: Schedule) -> str | None:
+    """With [session], what run.requests / run.duration counted (conversations) and the requests it planned."""
+    sessions = schedule.info.get("sessions")
+    if sessions is None:
+        return None
+    return (f"planned {sessions} conversations = {len(schedule)} requests (with [session], --requests and "
+            f"--duration count conversations; each turn is a request)")
+
+
+def say_plan(progress: TextIO | None, schedule: Schedule) -> None:
+    line = plan_line(schedule)
+    if line:
+        say(progress, line)
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
@@ -44,6 +59,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
     check_config(config)
     schedule = build(config)
     check_schedule(schedule.prompt_tokens, schedule.max_tokens)  # before any prompt text exists
+    say_plan(progress, schedule)
     n = count_for(config, schedule) if config.ray is not None or config.workers != 1 else 1
     if config.ray is not None or n > 1:  # the workers write into the folder: it is named in their config
         if config.workers and n < config.workers:

@@ -47,4 +47,4 @@ def say_lengths(out: TextIO | None, lengths: dict) -> None:
         say(out, f"note: prompt lengths are NOT exact: {lengths['reason']}")
     else:
         say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
-                               f"invalid, exit code {ExitCode.INVALID:d}, unless prompt.tokenizer = \"approximate\")")
+                               f"invalid, exit code {ExitCode.INVALID:d}, unless asked for: --tokenizer approximate)")

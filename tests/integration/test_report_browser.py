@@ -63,6 +63,17 @@ def test_a_100k_request_report_stays_under_the_bound_and_opens(tmp_path):
     check_page(html, tmp_path / "report-100k.png", RUN_PLOTS)
 
 
+def test_the_charts_fill_a_wide_window(tmp_path):
+    # a 1400 px window: every chart spans the page's width (it drew at its 760 px size, ~55 %, before)
+    run = make_run(tmp_path / "r", 2_000)
+    html = tmp_path / "wide.html"
+    assert loadgen("report", str(run), "--format", "html", "--out", str(html)).returncode == 0
+    rep = open_page(html, tmp_path / "wide.png", width=1400)
+    assert rep.errors == [] and rep.plots
+    widths = {p["id"]: p["width"] for p in rep.plots}
+    assert all(w >= 0.9 * 1400 - 48 for w in widths.values()), widths
+
+
 FIXTURES = Path(__file__).parent.parent / "data" / "report_pages"
 
 

@@ -40,8 +40,10 @@ def agrees(shown: str, value, scale: float = 1.0) -> bool:
     if isinstance(value, list):
         parts = shown.split(" – ")
         return len(parts) == len(value) and all(agrees(t, v, scale) for t, v in zip(parts, value))
-    if scale != 1.0 and isinstance(value, (int, float)):
+    if scale == 100.0 and isinstance(value, (int, float)):  # a percentage
         return shown.endswith("%") and agrees(shown[:-1].lstrip("+"), value * scale)
+    if scale != 1.0 and isinstance(value, (int, float)):    # a unit change (ns shown in s)
+        return agrees(shown, float(value) * scale)
     if value is None:
         return shown == "-"
     if isinstance(value, bool):
