@@ -123,6 +123,10 @@ OPTIONS = (
        default=0, metavar="N", commands=(RUN,)),
     _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
        field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
+    _o("--prompt-salt", "salt of the prompt texts (default: random per run, recorded in the manifest): the "
+       "same salt and seed send the same texts, so a prefix cache hits; another salt keeps the lengths and "
+       "times but not one shared token", key="prompt.salt", field="prompt_salt", kind=kinds.integer(0),
+       metavar="N"),
     _o(None, "how prompt lengths are counted: auto | server | approximate | local", key="prompt.tokenizer",
        field="tokenizer", kind=kinds.choice(TOKENIZERS), default="auto", commands=()),
     # run options: no workload file holds them

@@ -14,6 +14,12 @@ is counted as the server counts a whole prompt, every other piece alone):
   user messages and r the server's actual replies (text taken from the stream), so the prompt grows
   by what the server really said. Its planned_prompt_tokens becomes prefix + sum(u) + sum(reply
   usage tokens) when the turn is sent.
+
+Salt (`prompt.salt`, manifest `config.prompt_salt`): every text above is drawn from (seed, salt, ...), so
+the salt changes every word and no length (lengths and times come from the seed alone, schedule.py).
+What the rules above share, they share within one run; two runs share nothing unless they use the same
+salt (run_workload draws a random one unless the workload or --prompt-salt gives it). Dataset text is
+the dataset's own and is not salted.
 """
 from __future__ import annotations
 
@@ -26,8 +32,10 @@ BLOCK_TOKENS = 512
 
 
 class Bodies:
-    def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None):
+    def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None,
+                 salt: int | None = None):
         self.s, self.backend, self.maker, self.seed = schedule, backend, maker, seed
+        self._key = [seed, 3] if salt is None else [seed, 3, salt]
         self.convs = conversations
         self._prefix: dict[int, str] = {}
         self._blocks: dict[tuple[int, int], str] = {}
@@ -37,7 +45,7 @@ class Bodies:
         self._history_tokens: dict[int, int] = {}
 
     def _rng(self, *key: int) -> np.random.Generator:
-        return np.random.default_rng(np.random.SeedSequence([self.seed, 3, *key]))
+        return np.random.default_rng(np.random.SeedSequence([*self._key, *key]))
 
     def prefix_text(self, group: int) -> str:
         if group not in self._prefix:
