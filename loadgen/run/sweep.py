@@ -270,6 +270,9 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
         "decomposition_mean_ms": {c: dec.get(c) for c in DECOMP},
         "goodput": s.get("goodput"),
         "server_max_waiting": max_waiting, "server_max_kv_usage": max_kv,
+        # measured vs implied by the workload (analysis/prefix_cache.py): each point draws its own salt
+        "prefix_cache_hit_rate": (s.get("prefix_cache") or {}).get("hit_rate"),
+        "prefix_cache_mismatch": (s.get("prefix_cache") or {}).get("mismatch"),
     }
     rec["keeps_up"] = keeps_up(rec, spec.tolerance)
     if spec.slo_ms:
@@ -318,6 +321,7 @@ def summary_text(s: dict) -> str:
                      f"{f(d['prefill']):>8}{f(d['decode']):>8}{f(g.get('attainment'), '{:.0%}'):>8}"
                      f"{f(g.get('requests_per_s')):>8}  {'yes' if p['keeps_up'] else 'NO'}"
                      + ("" if p["valid"] else "  INVALID"))
+    lines += _prefix_cache_lines(s["points"])
     k = s["knee"]
     lines += ["", "latency in ms (decomposition: mean per request); ok = completes within the tolerance of the "
                   "offered rate",
@@ -343,6 +347,18 @@ def summary_text(s: dict) -> str:
         lines.append(f"INTERRUPTED: the finished points are kept; `loadgen sweep ... --out {s['sweep']['path']} "
                      "--resume` continues")
     return "\n".join(lines) + "\n"
+
+
+def _prefix_cache_lines(points: list[dict]) -> list[str]:
+    """Each point's prefix-cache hit rate, and a warning per point whose rate its workload does not imply."""
+    rates = [(p["rate_per_s"], p.get("prefix_cache_hit_rate")) for p in points]
+    if all(h is None for _, h in rates):
+        return []
+    lines = ["", "prefix-cache hit rate  " + "  ".join(f"{r:g}/s {'-' if h is None else f'{h:.1%}'}"
+                                                     for r, h in rates)]
+    lines += [f"WARNING at {p['rate_per_s']:g}/s: {p['prefix_cache_mismatch']}" for p in points
+              if p.get("prefix_cache_mismatch")]
+    return lines
 
 
 def _say(out: TextIO | None, text: str) -> None:

@@ -61,6 +61,9 @@ def test_a_rerun_with_the_same_seed_is_cold_and_a_fixed_salt_is_warm(caching_sim
     summary = report_json(str(c))["prefix_cache"]
     assert summary["source"] == "server counters" and summary["expected_hit_rate"] == 0.0
     assert "the cache was warm" in summary["mismatch"]
+    text = loadgen("report", str(c)).stdout
+    assert "prefix cache hit rate" in text and "WARNING: " + summary["mismatch"] in text
+    assert "prefix_cache" in [d["rule"] for d in report_json(str(c))["diagnosis"]]
 
     # compare: not the same work
     p = loadgen("compare", str(a), str(c))
@@ -76,3 +79,16 @@ def test_a_shared_prefix_hits_within_the_run_as_the_workload_implies(caching_sim
     summary = report_json(str(out))["prefix_cache"]
     assert summary["expected_hit_rate"] > 0.2 and summary["hit_rate"] > 0
     assert summary["mismatch"] is None, summary
+
+
+def test_every_sweep_point_is_cold_and_shows_its_hit_rate(caching_sim, tmp_path):
+    # the same seed at every point: before the salt, every point after the first hit the cache (issue 23)
+    out = tmp_path / "sweep"
+    p = loadgen("sweep", workload(tmp_path, requests=20, max_tokens=4), "--rates", "10,20/s", "--url",
+                caching_sim.url, "--out", str(out), "--no-calibrate", "--quiet")
+    assert p.returncode == 0, p.stderr
+    s = orjson.loads((out / "sweep_summary.json").read_bytes())
+    assert [q["prefix_cache_hit_rate"] for q in s["points"]] == [0.0, 0.0]
+    assert "prefix-cache hit rate  10/s 0.0%  20/s 0.0%" in (out / "sweep_summary.txt").read_text()
+    page = loadgen("report", str(out), "--format", "md").stdout
+    assert "prefix-cache hits" in page
