@@ -6,7 +6,8 @@ Measured, token-weighted (0..1), from the server's own counters over the run whe
 tokens over the sum of prompt tokens, a row that does not say counting as 0 when any row says.
 
 Expected: the share of sent prompt tokens the workload itself repeats within the run, in dispatch order:
-a session's turn repeats its previous turn's whole prompt (planned_prompt_tokens of that row); a row of
+a session's turn repeats its previous turn's prompt and reply (that row's planned_prompt_tokens and
+output_tokens: a server that caches the reply's blocks too hits both, so this is the upper bound); a row of
 prefix group g repeats the group's `prefix.tokens` once an earlier row of g was sent; every other token is
 new (the run's salt, plan/bodies.py, makes texts differ from any other run's). None for a trace with
 shared blocks (its hash ids decide) and for a dataset with sessions off (its texts are its own).
@@ -69,14 +70,15 @@ def expected_rate(requests: pl.DataFrame, config: Json) -> float | None:
     if not total:
         return None
     prefix_tokens = int(prefix["tokens"]) if prefix else 0
-    prompt_of = dict(zip(sent["idx"].to_list(), sent["planned_prompt_tokens"].to_list()))
+    history_of = dict(zip(sent["idx"].to_list(), (sent["planned_prompt_tokens"] +
+                                                  sent["output_tokens"].fill_null(0)).to_list()))
     last_turn: dict[int, int] = {}    # session -> idx of its latest sent turn
     groups_seen: set[int] = set()
     shared = 0
     for idx, group, session in zip(sent["idx"].to_list(), sent["prefix_group"].to_list(),
                                    sent["session"].to_list()):
         if session is not None and session in last_turn:
-            shared += int(prompt_of[last_turn[session]])
+            shared += int(history_of[last_turn[session]])
         elif group is not None and group in groups_seen:
             shared += prefix_tokens
         if session is not None:

@@ -92,3 +92,15 @@ def test_every_sweep_point_is_cold_and_shows_its_hit_rate(caching_sim, tmp_path)
     assert "prefix-cache hit rate  10/s 0.0%  20/s 0.0%" in (out / "sweep_summary.txt").read_text()
     page = loadgen("report", str(out), "--format", "md").stdout
     assert "prefix-cache hits" in page
+
+
+def test_a_session_s_history_hits_within_the_run(caching_sim, tmp_path):
+    extra = '[session]\nturns = 3\nthink_ms = { dist = "fixed", value = 50 }\n'
+    out = tmp_path / "s"
+    p = loadgen("run", workload(tmp_path, requests=24, max_tokens=8, rate="8/s", api="chat", extra=extra),
+                "--url", caching_sim.url, "--out", str(out), "--no-calibrate", "--quiet",
+                "--prompt-tokens", "40")
+    assert p.returncode == 0, p.stderr
+    summary = report_json(str(out))["prefix_cache"]
+    assert summary["expected_hit_rate"] > 0.3 and summary["hit_rate"] > 0.2, summary
+    assert summary["mismatch"] is None, summary

@@ -70,21 +70,22 @@ def test_llamacpp_cache_n_is_the_rows_cached_tokens():
     assert row.cached_tokens == 12
 
 
-def _rows(prompt, group=None, session=None):
+def _rows(prompt, group=None, session=None, output=None):
     n = len(prompt)
     return pl.DataFrame({"idx": list(range(n)), "dispatched_ns": list(range(n)), "planned_prompt_tokens": prompt,
+                         "output_tokens": output or [None] * n,
                          "prefix_group": group or [None] * n, "session": session or [None] * n},
                         schema={"idx": pl.Int64, "dispatched_ns": pl.Int64, "planned_prompt_tokens": pl.Int64,
-                                "prefix_group": pl.Int64, "session": pl.Int64})
+                                "output_tokens": pl.Int64, "prefix_group": pl.Int64, "session": pl.Int64})
 
 
 def test_the_rate_a_workload_implies():
     assert analysis.expected_rate(_rows([100] * 4), {}) == 0.0
     # one group of a 60-token prefix: every row but the group's first repeats it
     assert analysis.expected_rate(_rows([100] * 4, group=[0] * 4), {"prefix": {"tokens": 60}}) == 180 / 400
-    # a session's turn repeats its previous turn's whole prompt (two sessions, two turns each)
-    rows = _rows([50, 40, 120, 100], session=[0, 1, 0, 1])
-    assert analysis.expected_rate(rows, {"session": {}}) == (50 + 40) / 310
+    # a session's turn repeats its previous turn's prompt and reply (two sessions, two turns each)
+    rows = _rows([50, 40, 120, 100], session=[0, 1, 0, 1], output=[10, 5, 10, 5])
+    assert analysis.expected_rate(rows, {"session": {}}) == (50 + 10 + 40 + 5) / 310
     # a trace's shared blocks: not known here
     assert analysis.expected_rate(_rows([100] * 2, group=[7, 7]), {"trace": {"format": "mooncake"}}) is None
 
