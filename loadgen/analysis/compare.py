@@ -433,7 +433,8 @@ def to_text(result: dict) -> str:
     for c in result["comparisons"]:
         lines += ["", f"B: {c['b']}  ({c['kind']})"]
         for d in c["same_work"]["differences"]:
-            lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}")
+            lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}"
+                         + (f" ({d['why']})" if d.get("why") else ""))
         if c["kind"] == "run":
             lines += [_floor_line(c["noise_floor"])] + _table(c["metrics"])
         else:
