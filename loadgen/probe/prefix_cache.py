@@ -59,6 +59,9 @@ def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> di
             if q < 0 or h < 0:  # a restart, or another process's counters (a multi-process server)
                 return {**none, "note": f"{server}'s counters went down during the run"}
             c = after[cached] - before[cached] if cached and cached in before and cached in after else None
-            return {"source": f"{queried}, {hits}", "queried_tokens": int(q), "hit_tokens": int(h),
-                    "cached_tokens": None if c is None else int(c), "hit_rate": h / q if q else None}
+            out = {"source": f"{queried}, {hits}", "queried_tokens": int(q), "hit_tokens": int(h),
+                   "cached_tokens": None if c is None else int(c), "hit_rate": h / q if q else None}
+            if not q:  # nothing looked up: no rate, not a rate of 0
+                out["note"] = "the server looked up no prompt tokens in a prefix cache (caching off?)"
+            return out
     return {**none, "note": "the server's /metrics has no prefix-cache counters"}

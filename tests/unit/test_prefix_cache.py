@@ -42,6 +42,7 @@ def test_the_run_s_counts_are_the_counters_deltas_summed_over_engines():
     (None, {}, "no /metrics snapshot"),
     ({}, {}, "no prefix-cache counters"),
     (probe.totals(VLLM.format(q=900, h=10)), probe.totals(VLLM.format(q=100, h=10)), "went down"),
+    (probe.totals(VLLM.format(q=900, h=10)), probe.totals(VLLM.format(q=900, h=10)), "caching off"),
 ])
 def test_no_rate_without_usable_counters(before, after, note):
     d = probe.delta(before, after)
