@@ -68,7 +68,8 @@ def _prefix_cache_lines(summary: Summary) -> list[str]:
     if not c:
         return []
     salt = f"; prompt salt {c['prompt_salt']}" if c.get("prompt_salt") is not None else ""
-    lines = [f"prefix cache hit rate {_pct(c['hit_rate'])} ({c['source'] or (c.get('server') or {}).get('note') or 'not reported by the server'}); "
+    source = c["source"] or (c.get("server") or {}).get("note") or "not reported by the server"
+    lines = [f"prefix cache hit rate {_pct(c['hit_rate'])} ({source}); "
              f"the workload implies {_pct(c['expected_hit_rate'])}{salt}"]
     if c.get("mismatch"):
         lines.append(f"WARNING: {c['mismatch']}")
