@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 
 from loadgen.analysis import bootstrap as bs
-from loadgen.analysis import goodput
+from loadgen.analysis import goodput, prefix_cache
 from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
@@ -122,7 +122,9 @@ def work_of(manifest: Manifest, req: pl.DataFrame) -> dict:
             "arrival_process": (c.get("arrivals") or {}).get("process"),
             "burstiness": (c.get("arrivals") or {}).get("burstiness"),
             "load": {k: load.get(k) for k in ("loop", "concurrency", "rate", "max_concurrency")},
-            "requests": req.height}
+            "requests": req.height,
+            # a warm prefix cache skips prefill: the same prompts are less work (analysis/prefix_cache.py)
+            "prefix_cache_hit_rate": prefix_cache.measured_rate(manifest, req)[0]}
 
 
 def _rel_differs(a, b, tol: float) -> bool:
@@ -143,6 +145,11 @@ def same_work(a: dict, b: dict) -> list[dict]:
             diffs.append({"field": name, "a": da, "b": db})
     if _rel_differs(a.get("rate"), b.get("rate"), RATE_TOLERANCE):
         diffs.append({"field": "rate", "a": a.get("rate"), "b": b.get("rate")})
+    ha, hb = a.get("prefix_cache_hit_rate"), b.get("prefix_cache_hit_rate")
+    if ha is not None and hb is not None and abs(ha - hb) > prefix_cache.TOLERANCE:
+        # compare goes on (the latencies are real), but the cache, not the server, may explain a change
+        diffs.append({"field": "prefix-cache hit rate", "a": round(ha, 3), "b": round(hb, 3),
+                      "why": "prefill skipped for cached prompt tokens: TTFT differs by the cache's state"})
     return diffs
 
 
@@ -426,7 +433,8 @@ def to_text(result: dict) -> str:
     for c in result["comparisons"]:
         lines += ["", f"B: {c['b']}  ({c['kind']})"]
         for d in c["same_work"]["differences"]:
-            lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}")
+            lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}"
+                         + (f" ({d['why']})" if d.get("why") else ""))
         if c["kind"] == "run":
             lines += [_floor_line(c["noise_floor"])] + _table(c["metrics"])
         else:

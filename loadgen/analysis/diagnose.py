@@ -16,6 +16,8 @@ so a finding can always be traced to the numbers that fired it.
                    decoded faster than the idle calibration says decoding alone costs, so decode_ideal is
                    too high. It is not clamped (decode = ideal + contention + stalls must still add up):
                    this finding says why it is negative
+  prefix_cache     the measured prefix-cache hit rate is not the one the workload implies
+                   (analysis/prefix_cache.py: a warm cache above it, caching off or evicted below it)
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class Facts:
     max_waiting: float | None = None    # from /metrics, None when not scraped
     max_kv_usage: float | None = None
     roofline: dict | None = None
+    prefix_cache: dict | None = None    # the summary's prefix_cache section (analysis/prefix_cache.py)
 
 
 def facts_from_metrics(metrics: pl.DataFrame | None) -> tuple[float | None, float | None]:
@@ -150,7 +153,23 @@ def ideal_overstated(f: Facts) -> dict | None:
                       "once warm; re-run with both quiet before t0."}
 
 
-RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling, ideal_overstated)
+def prefix_cache(f: Facts) -> dict | None:
+    c = f.prefix_cache
+    if not c or not c.get("mismatch"):
+        return None
+    warm = c["hit_rate"] > c["expected_hit_rate"]
+    return {"rule": "prefix_cache", "finding": c["mismatch"] + ".",
+            "evidence": {k: c.get(k) for k in ("hit_rate", "expected_hit_rate", "source", "prompt_salt")},
+            "remedy": ("For the server's cold speed: let each run draw its own prompt salt (the default; do not "
+                       "fix prompt.salt / --prompt-salt), or reset the server's prefix cache between runs. To "
+                       "measure caching, declare the sharing ([prefix], [session]) so that it is expected."
+                       if warm else
+                       "Turn the server's prefix caching on (vLLM: on by default, off with "
+                       "--no-enable-prefix-caching), or give the KV cache room to keep the shared prefixes.")}
+
+
+RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling, ideal_overstated,
+         prefix_cache)
 
 
 def diagnose(f: Facts) -> list[dict]:

@@ -19,6 +19,7 @@ import polars as pl
 
 from loadgen.metrics import number
 from loadgen.analysis import decompose as dec
+from loadgen.analysis import prefix_cache
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
 from loadgen.analysis.server_split import queue_split
@@ -66,7 +67,8 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanat
     hist = dec.histogram_crosscheck(metrics)
     facts = Facts(mean=agg["mean"], ttft_mean_ms=ttft_mean,
                   by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
-                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
+                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof,
+                  prefix_cache=prefix_cache.section(run))
     out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),

@@ -9,7 +9,8 @@ Percentiles are exact over all samples (nearest rank), not histogram estimates.
 finds the per-worker logs of older or unfinished --workers runs, merged exactly): counts, out-of-range
 counts (values the histograms could not hold: negative or above 1 h) and HDR percentiles, a cross-check
 of the exact ones above.
-`generator` is the run's self-check from the manifest (selfcheck.py).
+`generator` is the run's self-check from the manifest (selfcheck.py). `prefix_cache`: the measured
+prefix-cache hit rate beside the one the workload implies (analysis/prefix_cache.py).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import completeness
+from loadgen.analysis import completeness, prefix_cache
 from loadgen.results.folder import ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -88,6 +89,7 @@ def summarize(run: Run) -> RunSummary:
         # what the target is, and whether the prompts had the planned lengths (prompts.verdict)
         "server": (manifest.get("target", {}).get("server") or {}).get("kind"),
         "prompt_lengths": manifest.get("workload", {}).get("prompt_lengths"),
+        "prefix_cache": prefix_cache.section(run),  # measured hit rate vs the workload's (prefix_cache.py)
     }
 
 

@@ -58,7 +58,7 @@ TIME_FIELDS = ("intended_ns", "dispatched_ns", "connected_ns", "sent_ns", "respo
 class Row:
     __slots__ = ("idx", "request_id", "worker", "warmup", "planned_prompt_tokens", "max_tokens",
                  *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
-                 "prompt_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
+                 "prompt_tokens", "cached_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
                  # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns")
@@ -83,6 +83,7 @@ class Row:
     error_kind: str | None         # an ErrorKind or http_<status>
     error_detail: str | None
     prompt_tokens: int | None
+    cached_tokens: int | None      # prompt tokens the server says its prefix cache served (None: not said)
     output_tokens: int | None
     n_chunks: int
     server_queue_ms: float | None
@@ -105,7 +106,7 @@ class Row:
         self.first_token_ns = self.last_token_ns = self.done_ns = None
         self.slot_wait_ns = None
         self.outcome = self.http_status = self.error_kind = self.error_detail = None
-        self.prompt_tokens = self.output_tokens = None
+        self.prompt_tokens = self.cached_tokens = self.output_tokens = None
         self.n_chunks = 0
         self.server_queue_ms = self.server_prefill_ms = self.server_decode_ms = None
         self.chunk_t_ns = array("q")   # one stamp per token-bearing chunk (absolute monotonic ns)

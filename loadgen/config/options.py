@@ -127,6 +127,10 @@ OPTIONS = (
        default=0, metavar="N", commands=(RUN,)),
     _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
        field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
+    _o("--prompt-salt", "salt of the prompt texts (default: random per run, recorded in the manifest): the "
+       "same salt and seed send the same texts, so a prefix cache hits; another salt keeps the lengths and "
+       "times but not one shared token", key="prompt.salt", field="prompt_salt", kind=kinds.integer(0),
+       metavar="N"),
     # the flag also takes a tokenizer.json's path: prompt.tokenizer = "local" with that tokenizer_file
     # (workload.py _tokenizer_flag; relative to the working directory, as --trace is)
     _o("--tokenizer", "how prompt lengths are counted: auto (the target's /tokenize, else approximate with a "

@@ -95,6 +95,7 @@ class RunConfig:
     prefix: PrefixSpec | None = None
     session: SessionSpec | None = None
     tokenizer: str = default("tokenizer")
+    prompt_salt: int | None = None  # prompt texts' salt (plan/bodies.py); None until run_workload draws one
     tokenizer_file: str | None = None
     dataset: str | None = None
     # closed loop (N virtual users) and the SLOs a run is judged by

@@ -24,7 +24,7 @@ KEYS = {
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time"},
-    "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset"},
+    "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset", "salt"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
     "session": {"turns", "think_ms"},
@@ -302,4 +302,4 @@ def prompt(r: Reader, skip_lengths: bool) -> dict[str, Any]:
     return {"prompt_tokens": r.lengths("prompt.tokens") if not skip_lengths else Lengths(value=1),
             "output_tokens": r.lengths("output.tokens") if not skip_lengths else Lengths(value=1),
             "tokenizer": tokenizer, "tokenizer_file": tokenizer_file if isinstance(tokenizer_file, str) else None,
-            "dataset": dataset if isinstance(dataset, str) else None}
+            "dataset": dataset if isinstance(dataset, str) else None, "prompt_salt": r.option("prompt.salt")}

@@ -57,6 +57,7 @@ Production-shaped workloads add:
     tokenizer = "auto"             # auto | server | approximate | local (with tokenizer_file)
     tokenizer_file = "tokenizer.json"
     dataset = "data/sharegpt.json" # ShareGPT conversations as the prompt text source
+    salt = 7                       # the texts' salt (default: random per run, so no run warms another's cache)
 
     [[mix]]                        # joint classes: weight, prompt and output lengths drawn together
     weight = 0.7

@@ -21,6 +21,12 @@ the last user message's text is fitted to it (PromptMaker.fit_last); shared piec
   of u_t, and every turn's usage.prompt_tokens equals its plan; when the history alone already counts
   more, u_t is empty and the turn's count is off (prompt_checks.impossible; the run's verdict says so).
   ShareGPT turns (a dataset's text) are sent as they are.
+
+Salt (`prompt.salt`, manifest `config.prompt_salt`): every text above is drawn from (seed, salt, ...), so
+the salt changes every word and no length (lengths and times come from the seed alone, schedule.py).
+What the rules above share, they share within one run; two runs share nothing unless they use the same
+salt (run_workload draws a random one unless the workload or --prompt-salt gives it). Dataset text is
+the dataset's own and is not salted.
 """
 from __future__ import annotations
 
@@ -33,8 +39,10 @@ BLOCK_TOKENS = 512
 
 
 class Bodies:
-    def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None):
+    def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None,
+                 salt: int | None = None):
         self.s, self.backend, self.maker, self.seed = schedule, backend, maker, seed
+        self._key = [seed, 3] if salt is None else [seed, 3, salt]
         self.convs = conversations
         self._prefix: dict[int, str] = {}
         self._blocks: dict[tuple[int, int], str] = {}
@@ -50,7 +58,7 @@ class Bodies:
         return self.maker.tokenizer.mode == "server"
 
     def _rng(self, *key: int) -> np.random.Generator:
-        return np.random.default_rng(np.random.SeedSequence([self.seed, 3, *key]))
+        return np.random.default_rng(np.random.SeedSequence([*self._key, *key]))
 
     def prefix_text(self, group: int) -> str:
         if group not in self._prefix:

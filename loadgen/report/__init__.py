@@ -23,6 +23,7 @@ def to_text(summary: Summary) -> str:
         "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
+        *_prefix_cache_lines(summary),
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
@@ -55,6 +56,24 @@ def to_text(summary: Summary) -> str:
         lines.append("")
         lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]
     return "\n".join(lines) + "\n"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _prefix_cache_lines(summary: Summary) -> list[str]:
+    # the measured hit rate beside the workload's (analysis/prefix_cache.py); runs before it: nothing
+    c = summary.get("prefix_cache")
+    if not c:
+        return []
+    salt = f"; prompt salt {c['prompt_salt']}" if c.get("prompt_salt") is not None else ""
+    source = c["source"] or (c.get("server") or {}).get("note") or "not reported by the server"
+    lines = [f"prefix cache hit rate {_pct(c['hit_rate'])} ({source}); "
+             f"the workload implies {_pct(c['expected_hit_rate'])}{salt}"]
+    if c.get("mismatch"):
+        lines.append(f"WARNING: {c['mismatch']}")
+    return lines
 
 
 def _f(v: float | None) -> str:

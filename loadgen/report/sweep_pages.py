@@ -36,6 +36,8 @@ def sweep_table(d: dict) -> tables.Table:
             ("completed", "completed_per_s"), ("TTFT p50", "latency_ms.ttft.p50"), ("TTFT p99", "latency_ms.ttft.p99"),
             ("TPOT p99", "latency_ms.tpot.p99"), ("e2e p99", "latency_ms.e2e.p99"),
             ("tok/s", "throughput.output_tokens_per_s"), ("keeps up", "keeps_up")]
+    if any(p.get("prefix_cache_hit_rate") is not None for p in d.get("points", [])):
+        cols.append(("prefix-cache hits", "prefix_cache_hit_rate"))  # analysis/prefix_cache.py
     if any(p.get("goodput") for p in d.get("points", [])):
         cols += [("goodput", "goodput.requests_per_s"), ("attainment", "goodput.attainment")]
     rows: list[list[tables.Cell]] = []

@@ -73,6 +73,9 @@ def overview(s: Summary) -> Table:
             ["throughput (ok req/s)", Key("throughput.requests_per_s")],
             ["throughput (output tok/s)", Key("throughput.output_tokens_per_s")]]
     rows += [[f"outcome {k}", Key(f"outcomes.{k}")] for k in sorted(s.get("outcomes") or {})]
+    if isinstance(s.get("prefix_cache"), dict):  # analysis/prefix_cache.py (runs before it: no rows)
+        rows += [["prefix-cache hit rate", Key("prefix_cache.hit_rate")],
+                 ["hit rate the workload implies", Key("prefix_cache.expected_hit_rate")]]
     # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them
     if isinstance(s.get("load"), dict) and "loop" in s["load"]:
         rows.append(["load loop", Key("load.loop")])

@@ -39,7 +39,7 @@ REQUEST_SCHEMA = {
     "request_id": pl.String, "idx": pl.Int64, "worker": pl.Int32, "warmup": pl.Boolean,
     **{f: pl.Int64 for f in TIME_FIELDS}, "slot_wait_ns": pl.Int64,
     "outcome": pl.String, "http_status": pl.Int32, "error_kind": pl.String, "error_detail": pl.String,
-    "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
+    "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "max_tokens": pl.Int64,
     "output_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
@@ -78,6 +78,7 @@ class Manifest(_ManifestRequired, total=False):
     slo: dict[str, float]   # run --slo: {key: ms} (config.slo.slo_keys), read by `report`
     calibration: str        # "calibration.json" or why there is none (end of run)
     scrape: Json            # --scrape-metrics: url, interval_s, scrapes, errors, last_error
+    prefix_cache: Json      # the server's prefix-cache counters over the run (probe/prefix_cache.py)
     generator: Json         # the self-check (run/selfcheck.py), end of run
     finished: Json          # monotonic_ns, unix_ns at the end of the run
     workers: list[Json]     # --workers: one entry per worker (run/workers.py)
@@ -102,6 +103,7 @@ class RunSummary(TypedDict):
     lost: Json | None                              # rows a run that did not finish lacks (completeness.lost)
     server: str | None                             # manifest.target.server.kind
     prompt_lengths: Json | None                    # manifest.workload.prompt_lengths as is
+    prefix_cache: Json                             # hit_rate, source, expected_hit_rate, mismatch, ...
 
 
 class Explanation(TypedDict):
@@ -347,6 +349,8 @@ def read_run(path: str | Path) -> Run:
             raise ResultsError(f"{p}: no requests.parquet")
     except (pl.exceptions.PolarsError, OSError) as e:
         raise ResultsError(f"{p}: unreadable results: {e}") from None
+    if "cached_tokens" not in requests.columns:  # a folder written before the column existed: not said
+        requests = requests.with_columns(pl.lit(None, pl.Int64).alias("cached_tokens"))
     missing = set(REQUEST_SCHEMA) - set(requests.columns)
     if missing:
         raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")

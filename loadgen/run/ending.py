@@ -189,7 +189,8 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     if workers is not None:
         generator["workers"] = len(workers)
     scrape = next((r["scrape"] for r in records if r.get("scrape")), None)
-    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape,
+    cache = next((r["prefix_cache"] for r in records if r.get("prefix_cache")), None)
+    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape, prefix_cache=cache,
                             calibration=calibration_note(facts.config, path, records), generator=generator,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
                             workers=workers, ray=ray)

@@ -45,6 +45,7 @@ from loadgen.config.workload import RunConfig, redact_url
 from loadgen.plan.bodies import Bodies
 from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.plan.schedule import Schedule
+from loadgen.probe import prefix_cache
 from loadgen.probe.calibrate import fit, probe_failure, probe_record, probe_rows
 from loadgen.probe.scrape import Scraper
 from loadgen.results.folder import RunWriter, write_json, write_parquet
@@ -95,11 +96,12 @@ class Measured:
     scrape: dict | None = None        # Scraper.summary(), with --scrape-metrics
     progress_line: str = ""           # the last progress line (the ending adds the status)
     calibration_failed: str | None = None   # why this process's calibration could not run
+    prefix_cache: dict | None = None  # prefix_cache.delta over the run (the first process only)
 
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
         return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
-                "calibration_failed": self.calibration_failed}
+                "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache}
 
 
 def t0_section(t0_ns: int, unix_ns: int) -> dict:
@@ -117,6 +119,10 @@ async def measure(job: Job) -> Measured:
     url, headers = job.target.url, job.target.headers
     tls = job.target.client.ssl_context()
     transport = await _before_t0(job, clock, stop, tls)
+    # The server's prefix-cache counters, before t0 and after the run (after calibration: its probes
+    # are not the run's): one process reads them for the whole run.
+    counts = part is None or part.worker == 0
+    cache_before = await prefix_cache.snapshot(url, headers, tls) if counts else None
     mono_now, wall_now = clock.now_ns(), time.time_ns()
     # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
     t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
@@ -168,6 +174,7 @@ async def measure(job: Job) -> Measured:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
     scrape = await _end_scrape(scraper, scrape_task, writer, progress)
+    cache = prefix_cache.delta(cache_before, await prefix_cache.snapshot(url, headers, tls)) if counts else None
     rest = recorder.take_finished()
     hists.record_interval(rest, clock.now_ns() - t0)
     histograms = hists.close()
@@ -184,7 +191,7 @@ async def measure(job: Job) -> Measured:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
                                       "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
     return Measured(status, started, requests, generator, scrape,
-                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed)
+                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache)
 
 
 async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
@@ -228,7 +235,8 @@ async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, h
     rows = probe_rows(schedule.prompt_tokens, clock.now_ns(), secrets.token_hex(4), config.context_limit)
     if not rows:
         return "no probe fits the target's context" if len(schedule) else None
-    rng = np.random.default_rng([config.seed, 0xCA11B])  # probes never share text with the run
+    # probes never share text with the run, nor with another run's probes (the run's salt, bodies.py)
+    rng = np.random.default_rng([config.seed, 0xCA11B, *([] if config.prompt_salt is None else [config.prompt_salt])])
     maker = maker or PromptMaker(ApproximateTokenizer())
     bodies = [backend.body(maker.text(r.planned_prompt_tokens, rng, whole=True), r.max_tokens) for r in rows]
     probe_ns = min(config.request_timeout_ns, PROBE_TIMEOUT_NS)

@@ -55,6 +55,8 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
         # checked when the run starts: Ray is needed only by a run that uses it
         raise ConfigError([ray_workers.INSTALL_HINT])
     client = client or ClientOptions()
+    if config.prompt_salt is None:  # every run is cold unless it asks to share (plan/bodies.py)
+        config = with_overrides(config, "run", prompt_salt=secrets.randbits(63))
     url, headers = target_url_and_headers(config, client)  # the URL without credentials from here on
     check_config(config)
     schedule = build(config)

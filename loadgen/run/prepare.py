@@ -98,7 +98,7 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
                                            config.model, progress, headers, tls)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
-    bodies = Bodies(schedule, backend, maker, config.seed, convs)
+    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt)
     built = bodies.build_all()
     checks = maker.summary()
     info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,

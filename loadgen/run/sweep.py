@@ -311,6 +311,9 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
         "server_max_waiting": max_waiting, "server_max_kv_usage": max_kv,
         "server_mean_waiting": mean_waiting(scraped, steady.start_ns, steady.end_ns) if steady else None,
         "rerun_of_invalid": entry.get("rerun_of_invalid"),
+        # measured vs implied by the workload (analysis/prefix_cache.py): each point draws its own salt
+        "prefix_cache_hit_rate": (s.get("prefix_cache") or {}).get("hit_rate"),
+        "prefix_cache_mismatch": (s.get("prefix_cache") or {}).get("mismatch"),
     }
     return rec
 
@@ -379,6 +382,7 @@ def summary_text(s: dict) -> str:
                      + (f" ({', '.join(p['saturated_by'])})" if p.get("saturated_by") else "")
                      + ("" if p["valid"] else "  INVALID (excluded)")
                      + ("  (re-run: the first run was invalid)" if p.get("rerun_of_invalid") else ""))
+    lines += _prefix_cache_lines(s["points"])
     k = s["knee"]
     by = f" by {', '.join(k['saturated_by'])}" if k.get("saturated_by") else ""
     lines += ["", "latency in ms (decomposition: mean per request); offer/done over the steady-state window; "
@@ -407,6 +411,18 @@ def summary_text(s: dict) -> str:
         lines.append(f"INTERRUPTED: the finished points are kept; `loadgen sweep ... --out {s['sweep']['path']} "
                      "--resume` continues")
     return "\n".join(lines) + "\n"
+
+
+def _prefix_cache_lines(points: list[dict]) -> list[str]:
+    """Each point's prefix-cache hit rate, and a warning per point whose rate its workload does not imply."""
+    rates = [(p["rate_per_s"], p.get("prefix_cache_hit_rate")) for p in points]
+    if all(h is None for _, h in rates):
+        return []
+    lines = ["", "prefix-cache hit rate  " + "  ".join(f"{r:g}/s {'-' if h is None else f'{h:.1%}'}"
+                                                     for r, h in rates)]
+    lines += [f"WARNING at {p['rate_per_s']:g}/s: {p['prefix_cache_mismatch']}" for p in points
+              if p.get("prefix_cache_mismatch")]
+    return lines
 
 
 def _say(out: TextIO | None, text: str) -> None:

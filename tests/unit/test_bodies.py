@@ -181,3 +181,21 @@ def test_every_backend_implements_the_whole_protocol(name, api):
     b = make_backend(name, api, "m", {})
     members = [m for m in vars(Backend) if not m.startswith("_")] + list(Backend.__annotations__)
     assert all(hasattr(b, m) for m in members), [m for m in members if not hasattr(b, m)]
+
+
+def test_the_salt_changes_every_text_and_no_length(tmp_path):
+    # a run's salt (prompt.salt): another salt shares no word with this one, the same salt every word;
+    # within a run the shared prefix is still one text per group
+    s, _, _ = plan(tmp_path, "[prefix]\ntokens = 30\ngroups = 1\nfraction = 1.0\n")
+
+    def texts(salt):
+        b = Bodies(s, make_backend("openai", "chat", "m", {}), PromptMaker(ApproximateTokenizer()), 3, salt=salt)
+        return [[m["content"] for m in orjson.loads(x)["messages"]] for x in b.build_all()]
+
+    one, again, other = texts(11), texts(11), texts(12)
+    assert one == again
+    assert [[len(t.split()) for t in msgs] for msgs in one] == [[len(t.split()) for t in msgs] for msgs in other]
+    assert len({msgs[0] for msgs in one}) == 1 and one[0][0] != other[0][0]
+    words_one = {w for msgs in one for t in msgs for w in t.split()}
+    words_other = {w for msgs in other for t in msgs for w in t.split()}
+    assert len(words_one & words_other) < 0.01 * len(words_one)

@@ -70,3 +70,6 @@ def llamacpp_timings(row: Row, timings: dict[str, Any]) -> None:
     # prompt_ms: the prompt's processing (prefill, cached tokens excluded); predicted_ms: the decode.
     row.server_prefill_ms = as_float(timings.get("prompt_ms"))
     row.server_decode_ms = as_float(timings.get("predicted_ms"))
+    cache_n = timings.get("cache_n")  # prompt tokens reused from the slot's cache (newer llama-server)
+    if isinstance(cache_n, int) and not isinstance(cache_n, bool) and cache_n >= 0:
+        row.cached_tokens = cache_n

@@ -6,6 +6,8 @@ A chunk is an SSE event whose choice carries non-empty text (`text`, or `delta.c
 rule in backends/stream.py, with N = usage.completion_tokens. A stream is ok when it ends with
 `data: [DONE]` or a choice with a `finish_reason`; an `{"error": ...}` event inside a 200 stream or a
 chunk that is not JSON makes it a stream_error (tokens seen are kept).
+The usage's prompt_tokens_details.cached_tokens, when given, fills cached_tokens (after the stream, as
+every other field).
 Server timings fill server_*_ms from whatever the stream carries: vLLM's per-request `metrics` object
 (with --enable-per-request-metrics) or llama.cpp's `timings` object on its last chunk (prompt_ms,
 predicted_ms; llama-server sends it on every OpenAI-compatible stream).
@@ -120,6 +122,7 @@ class OpenAIBackend:
         else:
             t.extend(islice(chain.from_iterable(map(repeat, read_t_ns, ends)), skip, m))
         row.prompt_tokens = usage.get("prompt_tokens")
+        row.cached_tokens = cached_tokens(usage)
         row.chunk_tokens.extend(repeat(1, content))
         row.n_chunks = row.output_tokens = content
         row.first_token_ns, row.last_token_ns = t[0], t[-1]
@@ -136,6 +139,7 @@ class OpenAIBackend:
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
                     "[DONE] or a finish_reason")
+        row.cached_tokens = cached_tokens(usage)
         _server_timings(row, state["metrics"], state["timings"])
 
     def _event(self, data: bytes, t: int, stream: Stream, state: dict[str, Any]) -> None:
@@ -171,6 +175,14 @@ class OpenAIBackend:
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))
         return finished
+
+
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """usage.prompt_tokens_details.cached_tokens: prompt tokens served from the server's prefix cache (vLLM
+    with --enable-prompt-tokens-details, SGLang, OpenAI); None when the usage does not say."""
+    details = usage.get("prompt_tokens_details")
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def _server_timings(row: Row, metrics: object, timings: object = None) -> None:
