@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen import metrics
 from loadgen.metrics import number
 from loadgen.analysis import decompose as dec
+from loadgen.analysis import failures
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
 from loadgen.probe.calibrate import DECODE_KEY
@@ -44,6 +46,24 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
     return None, "no data"
 
 
+def _pace(run: Run) -> dict:
+    """Facts of the over-saturation rule: the offered and the ok completion rates, the mean TTFT of the first
+    and the last quarter of the measured requests (plan order), and the request timeout (ms)."""
+    timeout_ns = (run.manifest.get("config") or {}).get("request_timeout_ns")
+    out: dict = {"request_timeout_ms": timeout_ns / 1e6 if isinstance(timeout_ns, (int, float)) else None}
+    req = run.requests.filter(~pl.col("warmup")).sort("intended_ns")
+    ok = metrics.latency_columns(req.filter(metrics.OK_ROWS))
+    if req.height < 8 or ok.height < 8:
+        return out
+    span_ns = number(ok["done_ns"].max()) - number(req["intended_ns"].min())
+    out["offered_per_s"] = metrics.rate_per_s(req["intended_ns"].to_numpy())
+    out["completed_per_s"] = ok.height * 1e9 / span_ns if span_ns > 0 else None
+    q = ok.height // 4
+    out["ttft_first_ms"] = float(number(ok["ttft"].head(q).mean()))
+    out["ttft_last_ms"] = float(number(ok["ttft"].tail(q).mean()))
+    return out
+
+
 def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanation, pl.DataFrame]:
     calibration = run.calibration()
     metrics = run.server_metrics()
@@ -62,7 +82,8 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanat
     max_waiting, max_kv = facts_from_metrics(metrics)
     facts = Facts(mean=agg["mean"], ttft_mean_ms=float(number(d["ttft_ms"].mean())) if d.height else None,
                   by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
-                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof)
+                  max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof,
+                  errors=failures.summarize(run.requests), **_pace(run))
     out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),

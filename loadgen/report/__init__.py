@@ -21,6 +21,7 @@ def to_text(summary: Summary) -> str:
         + (f"  (server: {summary['server']})" if summary.get("server") else ""),
         f"requests   scheduled {r['scheduled']}  ok {r['ok']}  failed {r['failed']}  dropped {r['dropped']}",
         "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
+        *_error_lines(summary.get("errors")),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
         "",
@@ -55,6 +56,16 @@ def to_text(summary: Summary) -> str:
         lines.append("")
         lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]
     return "\n".join(lines) + "\n"
+
+
+def _error_lines(e: dict | None) -> list[str]:
+    """The error rate and the most frequent error texts (analysis/failures.py), when anything failed."""
+    if not e or not e.get("failed"):
+        return []
+    lines = [f"errors     {e['failed']} of {e['counted']} failed ({100 * e['error_rate']:.1f} %); most frequent:"]
+    lines += [f"           {t['count']:>5}× {t['outcome']} {t['kind']}" + (f": {t['text']}" if t["text"] else "")
+              for t in e["top"]]
+    return lines
 
 
 def _f(v: float | None) -> str:

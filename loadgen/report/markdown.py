@@ -32,7 +32,7 @@ def table_md(t: tables.Table | None, s: Mapping[str, Any]) -> list[str]:
 def verdict_md(s: Summary) -> list[str]:
     if s.get("valid"):
         return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
-    return ["**INVALID run**: its latencies include the client's own delay.", "",
+    return ["**INVALID run**: its figures do not describe the server, for these reasons:", "",
             *(f"- {_escape(r)}" for r in s.get("invalid_reasons") or []), ""]
 
 
@@ -52,7 +52,7 @@ def render_run(summary: Summary) -> str:
     lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",
              f"`{s['run']['path']}` against `{s['run']['target']}`", ""]
     lines += verdict_md(s)
-    for table in (t.overview(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s)):
+    for table in (t.overview(s), t.errors(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s)):
         lines += table_md(table, s)
     lines += diagnosis_md(s)
     lines += table_md(t.config_rows(s), s)

@@ -69,6 +69,8 @@ def overview(s: Summary) -> Table:
             ["throughput (ok req/s)", Key("throughput.requests_per_s")],
             ["throughput (output tok/s)", Key("throughput.output_tokens_per_s")]]
     rows += [[f"outcome {k}", Key(f"outcomes.{k}")] for k in sorted(s.get("outcomes") or {})]
+    if isinstance(s.get("errors"), dict) and s["errors"].get("error_rate") is not None:
+        rows.append(["error rate (share of measured)", Key("errors.error_rate")])
     # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them
     if isinstance(s.get("load"), dict) and "loop" in s["load"]:
         rows.append(["load loop", Key("load.loop")])
@@ -79,6 +81,18 @@ def overview(s: Summary) -> Table:
         rows += [[label, Key(f"goodput.{k}")] for label, k in (("goodput (req/s)", "requests_per_s"),
                                                                 ("SLO attainment", "attainment")) if k in g]
     return Table("Requests, rate, throughput", ["", "value"], rows)
+
+
+def errors(s: Summary) -> Table | None:
+    """The most frequent error texts (analysis/failures.py), when anything failed."""
+    e = s.get("errors") or {}
+    if not e.get("failed"):
+        return None
+    rows: list[list[Cell]] = [[Key(f"errors.top.{i}.count"), Key(f"errors.top.{i}.outcome"),
+                               Key(f"errors.top.{i}.kind"), Key(f"errors.top.{i}.text")] for i in range(len(e["top"]))]
+    return Table("Errors", ["count", "outcome", "kind", "text"], rows,
+                 f"{e['failed']} of {e['counted']} requests failed ({100 * e['error_rate']:.1f} %), "
+                 "most frequent first; credentials redacted")
 
 
 def latency(s: Summary) -> Table:

@@ -5,7 +5,8 @@ the verdict.
   at t0 and once at the end; the launcher's own sections (`workers`, `ray`) are added where they apply.
 - judge() is the invalid-run rule, applied once to all the run's rows (times ns from t0, plan order):
   the generator's self-check (selfcheck.py; its rate and shape rules only for an open loop, from the
-  load model), then an unreachable target (reachability.py: that reason alone), then the prompt-length
+  load model), then an unreachable target (reachability.py: that reason alone), else the error rate
+  (analysis/failures.py, --max-error-rate; first, as it says most), then the prompt-length
   verdict (prompts.verdict, with the server's usage counts). The launcher's own reasons (a worker that
   died, Ray's clock skew) come first. A run that was interrupted has no reasons.
 - finish() joins them: judges, writes manifest.json, says the status and the reasons, returns the outcome.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any, TextIO
 import polars as pl
 
 from loadgen import __version__
+from loadgen.analysis import failures
 from loadgen.client.closedloop import load_model
 from loadgen.config.slo import slo_keys
 from loadgen.config.workload import RunConfig, redact_url
@@ -110,6 +113,9 @@ def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict 
     unreachable = unreachable_reason(requests) if status == "complete" else None
     if unreachable:
         reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
+    else:
+        errors = failures.reason(failures.summarize(requests), config.max_error_rate)
+        reasons = [errors, *reasons] if errors else reasons
     reasons = [*launcher_reasons, *reasons] if status == "complete" else []
     if reasons:
         status = "invalid"
@@ -173,6 +179,9 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     if lengths is not None:
         say_lengths(progress, lengths)
     say(progress, f"{final_line}  [{verdict.status}]")
+    failed = failures.summarize(requests)
+    if failed["failed"]:  # shown whatever the verdict: a valid run with a few errors says so too
+        say(progress or sys.stderr, f"failures: {failures.describe(failed)}")
     for reason in verdict.reasons:
         say(progress, f"INVALID RUN: {reason}")
     return RunOutcome(path, verdict.status, verdict.reasons)
