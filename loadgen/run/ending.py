@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 import polars as pl
 
-from loadgen import __version__
+from loadgen import __version__, metrics
 from loadgen.analysis import failures
 from loadgen.client.closedloop import load_model
 from loadgen.config.slo import slo_keys
@@ -95,21 +95,32 @@ def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: li
 
 
 def check_generator(requests: pl.DataFrame, limits: selfcheck.Limits | None = None,
-                    open_loop: bool = True) -> tuple[list[str], dict]:
+                    open_loop: bool = True, host: dict | None = None) -> tuple[list[str], dict]:
     # requests: results.REQUEST_SCHEMA frame in plan (idx) order, times int64 ns from any one origin (t0);
-    # the self-check reads only differences of them
-    sent = requests.filter(pl.col("dispatched_ns").is_not_null())
+    # the self-check reads only differences of them. host: hostload.delta of the process (the cause).
+    sent = metrics.latency_columns(requests.filter(pl.col("dispatched_ns").is_not_null()), unit_ns=1,
+                                   names=("ttft", "e2e"))
+    ok = sent["outcome"] == "ok"
+    latency = {m: sent[m].cast(pl.Float64).zip_with(ok, pl.Series([None], dtype=pl.Float64))
+               .fill_null(float("nan")).to_numpy() for m in ("ttft", "e2e")}
     return selfcheck.check(sent["intended_ns"].to_numpy(), sent["dispatched_ns"].to_numpy(),
                            sent["slot_wait_ns"].fill_null(0).to_numpy(), limits or selfcheck.Limits(),
-                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop)
+                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop, latency_ns=latency,
+                           host=host)
+
+
+def worst_host(records: list[dict]) -> dict | None:
+    """The process whose event loop waited longest for a CPU (hostload.delta figures), or None."""
+    hosts = [r["generator"]["host"] for r in records if (r.get("generator") or {}).get("host")]
+    return max(hosts, key=lambda h: h.get("loop_runqueue_share") or 0.0) if hosts else None
 
 
 def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict | None,
-          launcher_reasons: list[str] | tuple[str, ...] = ()) -> Verdict:
+          launcher_reasons: list[str] | tuple[str, ...] = (), host: dict | None = None) -> Verdict:
     """The invalid-run rule (module docstring). lengths: the workload's `prompt_lengths`, given the
     server's usage counts here (usage_check, in place); None: no prompt-length verdict."""
     reasons, generator = check_generator(requests, selfcheck.limits_of(config),
-                                         open_loop=load_model(config)["loop"] == "open")
+                                         open_loop=load_model(config)["loop"] == "open", host=host)
     unreachable = unreachable_reason(requests) if status == "complete" else None
     if unreachable:
         reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
@@ -148,6 +159,8 @@ def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
         for m, n in (g.get("out_of_range") or {}).items():
             out[m] = out.get(m, 0) + int(n or 0)
     generator["out_of_range"] = out
+    if generator.get("host") is None:
+        generator["host"] = worst_host(records)
     return generator
 
 
@@ -166,7 +179,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     path = writer.path
     status = combined_status([r["status"] for r in records])
     lengths = facts.workload.get("prompt_lengths")
-    verdict = judge(facts.config, requests, status, lengths, launcher_reasons)
+    verdict = judge(facts.config, requests, status, lengths, launcher_reasons, host=worst_host(records))
     generator = combine_generators(verdict, records)
     if workers is not None:
         generator["workers"] = len(workers)

@@ -48,6 +48,7 @@ from loadgen.plan.schedule import Schedule
 from loadgen.probe.calibrate import fit, probe_record, probe_rows
 from loadgen.probe.scrape import Scraper
 from loadgen.results.folder import RunWriter, write_json, write_parquet
+from loadgen.run import hostload
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.run.outcome import say
 from loadgen.run.prepare import Target
@@ -151,7 +152,7 @@ async def measure(job: Job) -> Measured:
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
-            cpu0 = os.times()
+            cpu0, host0 = os.times(), hostload.sample()
             try:
                 status = await runner.run(stop)
             finally:
@@ -159,7 +160,7 @@ async def measure(job: Job) -> Measured:
                     t.cancel()
                 await asyncio.gather(flusher, probe, ticker, return_exceptions=True)
                 clock.close()
-                cpu1 = os.times()
+                cpu1, host1 = os.times(), hostload.sample()
     finally:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
@@ -174,7 +175,8 @@ async def measure(job: Job) -> Measured:
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     generator = {"loop_lateness_ms": _lateness(lateness_ns), "cpu_s": cpu_s,
                  "chunks": int(requests["n_chunks"].sum()),
-                 "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
+                 "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()},
+                 "host": hostload.delta(host0, host1)}   # starved or saturated? (selfcheck.cause)
     return Measured(status, started, requests, generator, scrape,
                     _progress_line(runner, recorder, t0, len(rows), clock.now_ns))
 
