@@ -45,6 +45,7 @@ def to_text(summary: Summary) -> str:
         lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
                       f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
+        lines += _lag_lines(g)
     lines += _load_and_goodput(summary)
     if "decomposition_ms" in summary:  # written by analysis/explain.py
         lines += explain_lines(summary)
@@ -56,6 +57,23 @@ def to_text(summary: Summary) -> str:
         lines.append("")
         lines += [f"INVALID: {why}" for why in summary["invalid_reasons"]] or ["INVALID"]
     return "\n".join(lines) + "\n"
+
+
+def _lag_lines(g: dict) -> list[str]:
+    """How far the send lag moved each reported percentile (selfcheck.py), and the client's cause."""
+    out = []
+    shifts = g.get("lag_shift") or []
+    if shifts:
+        out.append("           send lag moved " + "  ".join(
+            f"{s['figure']} {_f(s['shift_ms'])} ms (tol {_f(s['tolerance_ms'])})"
+            + (" AFFECTED" if s["affected"] else "") for s in shifts))
+    h = g.get("host") or {}
+    if g.get("cause") and h:
+        out.append(f"           client {g['cause']}: loop CPU {100 * (h.get('loop_cpu_share') or 0):.0f} % of a core, "
+                   f"run-queue wait {100 * (h.get('loop_runqueue_share') or 0):.1f} % of the run, other processes "
+                   f"{_f(h.get('others_cpu_cores'))} of {h.get('cpus')} cores, "
+                   f"steal {100 * (h.get('steal_share') or 0):.0f} %")
+    return out
 
 
 def _error_lines(e: dict | None) -> list[str]:

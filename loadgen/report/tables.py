@@ -120,6 +120,16 @@ def generator(s: Summary) -> Table | None:
         if k in g]
     if isinstance(g.get("loop_lateness_ms"), dict) and "p99" in g["loop_lateness_ms"]:
         rows.append(["event-loop lateness p99 (ms)", Key("generator.loop_lateness_ms.p99")])
+    for i, sh in enumerate(g.get("lag_shift") or []):
+        rows.append([f"send lag moved {sh['figure']} by (ms)" + (" — AFFECTED" if sh["affected"] else ""),
+                     Key(f"generator.lag_shift.{i}.shift_ms")])
+    if g.get("cause"):
+        rows.append(["client cause (starved / saturated)", Key("generator.cause")])
+        rows += [[label, Key(f"generator.host.{k}")] for label, k in (
+            ("loop CPU (share of a core)", "loop_cpu_share"), ("loop run-queue wait (share of the run)",
+                                                               "loop_runqueue_share"),
+            ("other processes' CPU (cores)", "others_cpu_cores"), ("steal (share)", "steal_share"))
+            if (g.get("host") or {}).get(k) is not None]
     return Table("Generator self-check", ["", "value"], rows)
 
 
