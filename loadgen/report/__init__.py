@@ -71,7 +71,7 @@ def _lag_lines(g: dict) -> list[str]:
     if g.get("cause") and h:
         out.append(f"           client {g['cause']}: loop CPU {100 * (h.get('loop_cpu_share') or 0):.0f} % of a core, "
                    f"run-queue wait {100 * (h.get('loop_runqueue_share') or 0):.1f} % of the run, other processes "
-                   f"{_f(h.get('others_cpu_cores'))} of {h.get('cpus')} cores, "
+                   f"{_f(h.get('others_cpu_cores'))} of {h.get('host_cpus') or h.get('cpus')} cores, "
                    f"steal {100 * (h.get('steal_share') or 0):.0f} %")
     return out
 

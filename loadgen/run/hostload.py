@@ -13,7 +13,7 @@ delta(a, b) turns two samples into the figures the self-check reads (selfcheck.c
     own_cpu_cores        the process's CPU / wall, in cores
     others_cpu_cores     every other process's CPU / wall, in cores (busy ticks minus this process's)
     steal_share          steal ticks / all ticks (a hypervisor ran another guest)
-    cpus                 the CPUs this process may run on (sched_getaffinity)
+    cpus                 the CPUs this process may run on (sched_getaffinity); host_cpus: all of them
 Where a file cannot be read (not Linux, a restricted /proc), the figures it feeds are None.
 """
 from __future__ import annotations
@@ -80,7 +80,8 @@ def delta(a: dict, b: dict) -> dict:
     wall_s = (b["wall_ns"] - a["wall_ns"]) / 1e9
     out: dict = {"wall_s": wall_s, "loop_cpu_share": None, "loop_runqueue_share": None, "threads_runqueue_s": None,
                  "own_cpu_cores": None, "others_cpu_cores": None, "steal_share": None,
-                 "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+                 "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                 "host_cpus": os.cpu_count()}
     if wall_s <= 0:
         return out
     main_a, main_b = a["threads"].get(a["pid"]), b["threads"].get(b["pid"])

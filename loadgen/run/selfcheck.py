@@ -86,7 +86,8 @@ def cause(host: dict | None) -> dict:
     seen = (f"the event loop waited for a CPU {100 * (rq or 0):.1f} % of the run"
             + (f", {100 * ready:.0f} % of the time it was ready to run" if ready is not None else "")
             + f", steal {100 * (steal or 0):.0f} %"
-            + (f", other processes used {others:.1f} of {h.get('cpus')} cores" if others is not None else ""))
+            + (f", other processes used {others:.1f} of the host's {h.get('host_cpus') or h.get('cpus')} cores"
+               if others is not None else ""))
     starve = ("pin loadgen to a free core (taskset -c N loadgen run ...) and stop other work on this host")
     saturate = "add --workers N or lower the rate"
     if starved and saturated:
