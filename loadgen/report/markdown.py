@@ -30,6 +30,19 @@ def table_md(t: tables.Table | None, s: Mapping[str, Any]) -> list[str]:
 
 
 def verdict_md(s: Summary) -> list[str]:
+    return _verdict_md(s) + _affected_md(s)
+
+
+def _affected_md(s: Summary) -> list[str]:
+    """The figures the client's send lag moved beyond their tolerance (selfcheck.py), and its cause."""
+    g = s.get("generator") or {}
+    if not g.get("affected"):
+        return []
+    return [f"Figures moved by the client's send lag beyond their tolerance: {', '.join(g['affected'])} "
+            f"(client {g.get('cause', 'unknown')}).", ""]
+
+
+def _verdict_md(s: Summary) -> list[str]:
     if s.get("valid"):
         return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
     return ["**INVALID run**: its figures do not describe the server, for these reasons:", "",

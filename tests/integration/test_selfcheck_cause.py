@@ -11,7 +11,7 @@ import textwrap
 import orjson
 import pytest
 
-from tests.integration.conftest import RELAXED_SELFCHECK
+from tests.integration.conftest import RELAXED_SELFCHECK, loadgen, workload
 
 BURNER = "while True:\n    pass\n"
 
@@ -55,3 +55,19 @@ def test_loadgen_pinned_beside_two_burners_is_named_starved(fixed_sim, tmp_path)
     g = orjson.loads((tmp_path / "r" / "manifest.json").read_bytes())["generator"]
     assert g["host"]["cpus"] == 1 and g["host"]["loop_runqueue_share"] > 0, g["host"]
     assert g["cause"].startswith("starved"), g
+
+
+def test_the_figures_the_send_lag_moved_are_named_in_the_verdict_and_every_report(fixed_sim, tmp_path):
+    # zero tolerance: any measurable lag (the dispatch itself takes microseconds) moves every figure
+    out = tmp_path / "r"
+    p = loadgen("run", workload(tmp_path, requests=20, rate="20/s", max_tokens=4), "--url", fixed_sim.url,
+                "--out", str(out), "--quiet", "--no-calibrate", "--max-lag-share", "0", "--lag-floor", "1ns")
+    assert p.returncode == 3, p.stderr
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    g = manifest["generator"]
+    assert set(g["affected"]) == {"ttft p50", "ttft p99", "e2e p50", "e2e p99"}
+    assert all(s["shift_ms"] > 0 for s in g["lag_shift"])
+    assert any("the client's send lag moved ttft p50" in r for r in manifest["invalid_reasons"])
+    assert "AFFECTED" in loadgen("report", str(out)).stdout
+    assert "Figures moved by the client's send lag" in loadgen("report", str(out), "--format", "md").stdout
+    assert "send lag moved ttft p99 by (ms)" in loadgen("report", str(out), "--format", "html").stdout
