@@ -39,8 +39,8 @@ EXIT_MEANINGS = {
                       "client's lateness moved a reported percentile or it fell behind, more than "
                       "`--max-error-rate` of the requests failed, no request reached the server, or the prompt "
                       "lengths are not exact): the folder is complete, the reasons are in manifest.json and "
-                      "the report; `compare --fail-if`: an input run is invalid or interrupted, so the rules were not evaluated "
-                      "(`--allow-invalid` evaluates them)",
+                      "the report; `compare --fail-if`: an input run is invalid or interrupted, so the rules "
+                      "were not evaluated (`--allow-invalid` evaluates them)",
     ExitCode.FAIL_IF: "`compare`: a `--fail-if` rule held",
     ExitCode.INTERRUPTED: "interrupted (SIGINT/Ctrl-C or SIGTERM): the results folder is still complete and "
                           "readable; a sweep keeps its finished points",
