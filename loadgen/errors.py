@@ -36,10 +36,11 @@ EXIT_MEANINGS = {
                     "report it with the traceback",
     ExitCode.USAGE: "bad usage or input: every problem is listed at once, naming the file and key or the flag",
     ExitCode.INVALID: "`run`: the run is invalid, its numbers do not describe the asked workload (the "
-                      "generator fell behind, no request reached the server, or the prompt lengths are not "
-                      "exact): the folder is complete, the reasons are in manifest.json and the report; `compare "
-                      "--fail-if`: an input run is invalid or interrupted, so the rules were not evaluated "
-                      "(`--allow-invalid` evaluates them)",
+                      "client's lateness moved a reported percentile or it fell behind, more than "
+                      "`--max-error-rate` of the requests failed, no request reached the server, or the prompt "
+                      "lengths are not exact): the folder is complete, the reasons are in manifest.json and "
+                      "the report; `compare --fail-if`: an input run is invalid or interrupted, so the rules "
+                      "were not evaluated (`--allow-invalid` evaluates them)",
     ExitCode.FAIL_IF: "`compare`: a `--fail-if` rule held",
     ExitCode.INTERRUPTED: "interrupted (SIGINT/Ctrl-C or SIGTERM): the results folder is still complete and "
                           "readable; a sweep keeps its finished points",

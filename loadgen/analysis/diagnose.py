@@ -12,12 +12,21 @@ so a finding can always be traced to the numbers that fired it.
   prefill_cost     median TTFT of the longest-prompt bin >= TTFT_GROWTH x the shortest bin's while
                    queue < QUEUE_SMALL of mean TTFT: TTFT is prefill work, it grows with prompt length
   below_ceiling    single-stream decode below CEILING_FRACTION of the bandwidth ceiling (roofline.py)
+  errors           any request failed with an HTTP error, a reset or a malformed stream (failures.py);
+                   the remedy follows the most frequent kind (404: model/path, 401/403: key, 429/503:
+                   the server sheds load, 5xx: its log, resets/streams: a proxy or a crash)
+  timeouts         any request timed out (request_timeout elapsed, or still running when the drain ended)
+  drops            any request was dropped: held back by --max-concurrency until the end, or its
+                   conversation broken by an earlier failed turn
+  over_saturation  the ok requests completed at < KEEP_UP of the offered rate while TTFT grew
+                   >= TTFT_RUNAWAY x from the first to the last quarter of the run: the queue never drains
   ideal_overstated mean decode_contention < 0 by more than NEGATIVE_SHARE of decode_ideal: the streams
                    decoded faster than the idle calibration says decoding alone costs, so decode_ideal is
                    too high. It is not clamped (decode = ideal + contention + stalls must still add up):
                    this finding says why it is negative
   prefix_cache     the measured prefix-cache hit rate is not the one the workload implies
                    (analysis/prefix_cache.py: a warm cache above it, caching off or evicted below it)
+A run whose requests all failed always fires one of errors / timeouts / drops.
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ STALL_SHARE = 0.10
 TTFT_GROWTH = 1.5
 CEILING_FRACTION = 0.5
 NEGATIVE_SHARE = 0.02   # of decode_ideal: below it, a negative contention is the calibration's noise
+KEEP_UP = 0.9
+TTFT_RUNAWAY = 2.0
 # The command the overload remedy recommends (tests/unit/test_diagnose.py parses it with the CLI's parser).
 SWEEP_COMMAND = "loadgen sweep WORKLOAD.toml --start 1/s --refine 3"
 
@@ -50,6 +61,12 @@ class Facts:
     max_kv_usage: float | None = None
     roofline: dict | None = None
     prefix_cache: dict | None = None    # the summary's prefix_cache section (analysis/prefix_cache.py)
+    errors: dict | None = None          # analysis/failures.summarize
+    request_timeout_ms: float | None = None
+    offered_per_s: float | None = None
+    completed_per_s: float | None = None  # ok requests / the span from the first intended to the last done
+    ttft_first_ms: float | None = None  # mean TTFT of the first and the last quarter (by intended time)
+    ttft_last_ms: float | None = None
 
 
 def facts_from_metrics(metrics: pl.DataFrame | None) -> tuple[float | None, float | None]:
@@ -168,8 +185,88 @@ def prefix_cache(f: Facts) -> dict | None:
                        "--no-enable-prefix-caching), or give the KV cache room to keep the shared prefixes.")}
 
 
-RULES = (kv_capacity, overload, prefill_stalls, prefill_cost, below_ceiling, ideal_overstated,
-         prefix_cache)
+def _failed(f: Facts, outcomes: tuple[str, ...]) -> tuple[int, list[dict]]:
+    e = f.errors or {}
+    n = sum((e.get("by_outcome") or {}).get(o, 0) for o in outcomes)
+    return n, [t for t in e.get("top") or [] if t["outcome"] in outcomes]
+
+
+def _error_remedy(kind: str) -> str:
+    if kind in ("http_404",):
+        return ("Check the model name against the server's GET /v1/models (--model) and the URL's path "
+                "(--url is the base URL, without /v1).")
+    if kind in ("http_401", "http_403"):
+        return "Check the API key (the variable request.api_key_env names) and --header values."
+    if kind in ("http_429", "http_503"):
+        return ("The server sheds load: lower the rate (find its capacity with `" + SWEEP_COMMAND + "`) or "
+                "raise its queue/rate limits.")
+    if kind.startswith("http_4"):
+        return "The server rejected the request: check the workload's api, max tokens and context length."
+    if kind.startswith("http_5"):
+        return "The server failed: read its log for the request ids (X-Request-Id) in `loadgen export`."
+    return ("Connections reset or streams cut: look for a proxy's idle/body limits, or a server that crashed "
+            "or restarted (its log); `loadgen export` lists each failed request.")
+
+
+def errors(f: Facts) -> dict | None:
+    n, top = _failed(f, ("http_error", "stream_error", "connection_error"))
+    if not n or not f.errors:
+        return None
+    e = f.errors
+    first = top[0] if top else {"kind": "error", "text": ""}
+    texts = "; ".join(f"{t['count']}× {t['kind']}" + (f' "{t["text"]}"' if t["text"] else "") for t in top[:3])
+    return {"rule": "errors", "finding": f"{n} of {e['counted']} requests failed ({n / e['counted']:.1%}): "
+            f"{texts}.", "evidence": {"failed": n, "counted": e["counted"], "by_outcome": e["by_outcome"],
+                                      "top": top[:3]},
+            "remedy": _error_remedy(first["kind"])}
+
+
+def timeouts(f: Facts) -> dict | None:
+    n, top = _failed(f, ("timeout",))
+    if not n or not f.errors:
+        return None
+    limit = "" if f.request_timeout_ms is None else f" (--request-timeout {f.request_timeout_ms / 1000:g} s)"
+    kinds = ", ".join(f"{t['count']} {t['kind']}" for t in top)
+    return {"rule": "timeouts", "finding": f"{n} of {f.errors['counted']} requests timed out{limit}: {kinds}. "
+            "A timed-out request is missing from every latency figure, and it was one of the slowest.",
+            "evidence": {"timeouts": n, "counted": f.errors["counted"], "request_timeout_ms": f.request_timeout_ms,
+                         "kinds": {t["kind"]: t["count"] for t in top}},
+            "remedy": "Lower the rate or the output length so requests finish in time; raise --request-timeout "
+                      "(or run.drain_timeout for drain_timeout rows) when the server is merely slow."}
+
+
+def drops(f: Facts) -> dict | None:
+    n, top = _failed(f, ("dropped",))
+    if not n or not f.errors:
+        return None
+    kinds = ", ".join(f"{t['count']} {t['kind']}" for t in top)
+    return {"rule": "drops", "finding": f"{n} of {f.errors['counted']} requests were dropped ({kinds}): a "
+            "--max-concurrency cap held them back until the run ended, or an earlier turn of their "
+            "conversation failed.", "evidence": {"dropped": n, "counted": f.errors["counted"],
+                                                  "kinds": {t["kind"]: t["count"] for t in top}},
+            "remedy": "Raise --max-concurrency or lower the rate (the cap, not the server, set the pace); for "
+                      "session_broken drops fix the failures of the earlier turns."}
+
+
+def over_saturation(f: Facts) -> dict | None:
+    if not (f.offered_per_s and f.completed_per_s and f.ttft_first_ms and f.ttft_last_ms):
+        return None
+    keep, growth = f.completed_per_s / f.offered_per_s, f.ttft_last_ms / f.ttft_first_ms
+    if keep >= KEEP_UP or growth < TTFT_RUNAWAY:
+        return None
+    return {"rule": "over_saturation", "finding": f"ok requests completed at {f.completed_per_s:.2f}/s against "
+            f"{f.offered_per_s:.2f}/s offered ({keep:.0%}) while mean TTFT grew {growth:.1f}x from the first "
+            f"quarter of the run ({f.ttft_first_ms:.1f} ms) to the last ({f.ttft_last_ms:.1f} ms): the server "
+            "is past saturation, its queue grows for as long as the run lasts, and every latency figure "
+            "depends on the run's length.",
+            "evidence": {"completed_per_s": f.completed_per_s, "offered_per_s": f.offered_per_s,
+                         "ttft_first_quarter_ms": f.ttft_first_ms, "ttft_last_quarter_ms": f.ttft_last_ms},
+            "remedy": "Lower the rate below the server's capacity (find it with `" + SWEEP_COMMAND + "`) or add "
+                      "replicas; latencies past saturation describe the queue, not the server."}
+
+
+RULES = (errors, timeouts, drops, over_saturation, kv_capacity, overload, prefill_stalls, prefill_cost,
+         below_ceiling, ideal_overstated, prefix_cache)
 
 
 def diagnose(f: Facts) -> list[dict]:

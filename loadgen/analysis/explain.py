@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from loadgen import metrics
 from loadgen.metrics import number
 from loadgen.analysis import decompose as dec
 from loadgen.analysis import prefix_cache
+from loadgen.analysis import failures
 from loadgen.analysis.diagnose import Facts, diagnose, facts_from_metrics
 from loadgen.analysis.roofline import bandwidth_from, model_shape, roofline
 from loadgen.analysis.server_split import queue_split
@@ -47,6 +49,24 @@ def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float
     return None, "no data"
 
 
+def _pace(run: Run) -> dict:
+    """Facts of the over-saturation rule: the offered and the ok completion rates, the mean TTFT of the first
+    and the last quarter of the measured requests (plan order), and the request timeout (ms)."""
+    timeout_ns = (run.manifest.get("config") or {}).get("request_timeout_ns")
+    out: dict = {"request_timeout_ms": timeout_ns / 1e6 if isinstance(timeout_ns, (int, float)) else None}
+    req = run.requests.filter(~pl.col("warmup")).sort("intended_ns")
+    ok = metrics.latency_columns(req.filter(metrics.OK_ROWS))
+    if req.height < 8 or ok.height < 8:
+        return out
+    span_ns = number(ok["done_ns"].max()) - number(req["intended_ns"].min())
+    out["offered_per_s"] = metrics.rate_per_s(req["intended_ns"].to_numpy())
+    out["completed_per_s"] = ok.height * 1e9 / span_ns if span_ns > 0 else None
+    q = ok.height // 4
+    out["ttft_first_ms"] = float(number(ok["ttft"].head(q).mean()))
+    out["ttft_last_ms"] = float(number(ok["ttft"].tail(q).mean()))
+    return out
+
+
 def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanation, pl.DataFrame]:
     calibration = run.calibration()
     metrics = run.server_metrics()
@@ -68,7 +88,7 @@ def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanat
     facts = Facts(mean=agg["mean"], ttft_mean_ms=ttft_mean,
                   by_prompt=by_len, stalled_requests=agg["stalls"]["requests_stalled"], requests=d.height,
                   max_waiting=max_waiting, max_kv_usage=max_kv, roofline=roof,
-                  prefix_cache=prefix_cache.section(run))
+                  prefix_cache=prefix_cache.section(run), errors=failures.summarize(run.requests), **_pace(run))
     out: Explanation = {
         "decomposition_ms": agg,
         "decomposition_windows": dec.by_window(d, opts.window_ns),

@@ -9,6 +9,7 @@ Percentiles are exact over all samples (nearest rank), not histogram estimates.
 finds the per-worker logs of older or unfinished --workers runs, merged exactly): counts, out-of-range
 counts (values the histograms could not hold: negative or above 1 h) and HDR percentiles, a cross-check
 of the exact ones above.
+`errors` is analysis/failures.py's: the error rate and the most frequent error texts (redacted).
 `generator` is the run's self-check from the manifest (selfcheck.py). `prefix_cache`: the measured
 prefix-cache hit rate beside the one the workload implies (analysis/prefix_cache.py).
 """
@@ -21,7 +22,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import completeness, prefix_cache
+from loadgen.analysis import completeness, failures, prefix_cache
 from loadgen.results.folder import ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -75,6 +76,7 @@ def summarize(run: Run) -> RunSummary:
         "requests": {"scheduled": n, "ok": n_ok,  # cancelled rows were never sent: not failed
                      "failed": n - n_ok - n_dropped - outcomes.get("cancelled", 0), "dropped": n_dropped},
         "outcomes": outcomes,
+        "errors": failures.summarize(run.requests),   # the error rate, counts, most frequent texts
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
         "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
                        "requests_per_s": per_s(n_ok)},

@@ -14,6 +14,8 @@ from array import array
 from enum import StrEnum
 from typing import Literal
 
+from loadgen.config.credentials import redact_text
+
 
 class Outcome(StrEnum):
     """Exactly one per row; the values are the `outcome` column's strings."""
@@ -119,7 +121,8 @@ class Row:
         # The first failure wins: a timeout that follows a reset is still a reset.
         if self.outcome is None:
             self.outcome, self.error_kind = outcome, kind
-            self.error_detail = detail[:300] if detail else None
+            # a server may echo credentials back in its error text: redacted before it reaches a file
+            self.error_detail = redact_text(detail)[:300] if detail else None
 
 
 class Recorder:

@@ -76,3 +76,27 @@ def secret_header(name: str, value: str) -> bool:
 def redact_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: (REDACTED if secret_header(k, v) else v) for k, v in headers.items()}
 
+
+
+# Secrets a server may echo back inside an error text: an Authorization value, a URL's userinfo, a key
+# that looks like an API key (sk-..., hf_...), a header line with a secret name, or a long opaque token.
+_SECRET_IN_TEXT = (
+    re.compile(r"\b(bearer|basic|token)\s+[A-Za-z0-9+/_\-.=~]+", re.I),
+    re.compile(r"(?<=://)[^/\s@]+(?=@)"),
+    re.compile(r"\b(sk|pk|hf|ghp|xox[bp])[-_][A-Za-z0-9_\-]{6,}", re.I),
+    re.compile(r"(?<=[\"'\s{,])((?:[\w-]*(?:auth|token|key|secret|password|cookie)[\w-]*)[\"']?\s*[:=]\s*[\"']?)"
+               r"[^\"'\s,}]+", re.I),
+    re.compile(r"[A-Za-z0-9+/_\-=]{32,}"),
+)
+
+
+def redact_text(text: str) -> str:
+    """text (a server's error body, an exception's message) with anything credential-like replaced by ***."""
+    for i, pattern in enumerate(_SECRET_IN_TEXT):
+        if i == 3:   # keep the name and its separator, redact the value
+            text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
+        elif i == 0:
+            text = pattern.sub(lambda m: m.group(1) + " " + REDACTED, text)
+        else:
+            text = pattern.sub(REDACTED, text)
+    return text

@@ -101,6 +101,27 @@ def _parse_positive(v: Any) -> float:
 POSITIVE = Kind("number > 0", "", _parse_positive, _check_positive)
 
 
+def _check_fraction(v: Any) -> str | None:
+    return None if is_number(v) and 0 <= v <= 1 else f"must be a fraction from 0 to 1 (or a percentage), got {v!r}"
+
+
+def _parse_fraction(v: Any) -> float:
+    # 0.01 or "0.01" or "1%" (a flag's text, or a file's string)
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            v = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            pass
+    problem = _check_fraction(v)
+    if problem:
+        raise ValueError(problem)
+    return float(v)
+
+
+FRACTION = Kind("fraction 0..1 or N%", "", _parse_fraction, _check_fraction)
+
+
 def choice(options: tuple[str, ...]) -> Kind:
     def check(v: Any) -> str | None:
         return None if v in options else f"must be one of {', '.join(options)}, got {v!r}"

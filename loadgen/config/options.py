@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.config import kinds
-from loadgen.config.kinds import DURATION, FLAG, PAUSE, POSITIVE, SLO, TEXT, WORDS, WORKERS, Kind
+from loadgen.config.kinds import DURATION, FLAG, FRACTION, PAUSE, POSITIVE, SLO, TEXT, WORDS, WORKERS, Kind
 
 RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
@@ -114,8 +114,19 @@ OPTIONS = (
        field="request_timeout_ns", kind=DURATION, default="120s", metavar="DURATION", commands=RUNS),
     _o(None, "after the last intended send, in-flight requests get this long", key="run.drain_timeout",
        field="drain_timeout_ns", kind=DURATION, default="30s", commands=()),
-    _o("--max-send-lag-p99", "send-lag p99 above which the run is invalid", key="run.max_send_lag_p99",
-       field="max_send_lag_p99_ns", kind=DURATION, default="5ms", metavar="DURATION", commands=RUNS),
+    _o("--max-send-lag-p99", "send-lag p99 above which the run is invalid whatever its latencies (the "
+       "proportional rule, --max-lag-share, decides below it)", key="run.max_send_lag_p99",
+       field="max_send_lag_p99_ns", kind=DURATION, default="50ms", metavar="DURATION", commands=RUNS),
+    _o("--max-lag-share", "share of a reported TTFT/e2e percentile (p50, p99) the client's send lag may "
+       "move it by before the run is invalid (or --lag-floor, whichever is larger)", key="run.max_lag_share",
+       field="max_lag_share", kind=FRACTION, default=0.05, metavar="FRACTION", commands=RUNS),
+    _o("--lag-floor", "a move of a reported percentile by the send lag up to this is tolerated whatever "
+       "the percentile's size", key="run.lag_floor", field="lag_floor_ns", kind=DURATION, default="2ms",
+       metavar="DURATION", commands=RUNS),
+    _o("--max-error-rate", "share of the measured requests that may fail (HTTP errors, timeouts, resets, "
+       "malformed streams, drops by --max-concurrency) before the run is invalid, e.g. 0.01 or 1%",
+       key="run.max_error_rate", field="max_error_rate", kind=FRACTION, default=0.01, metavar="FRACTION",
+       commands=RUNS),
     _o("--max-rate-deviation", "achieved vs offered rate (relative) beyond which the run is invalid",
        key="run.max_rate_deviation", field="max_rate_deviation", kind=POSITIVE, default=0.02,
        metavar="FRACTION", commands=RUNS),

@@ -76,6 +76,9 @@ class RunConfig:
     max_send_lag_p99_ns: int = default("max_send_lag_p99_ns")   # run/selfcheck.py's limits
     max_rate_deviation: float = default("max_rate_deviation")
     max_cv_deviation: float = default("max_cv_deviation")
+    max_lag_share: float = default("max_lag_share")
+    lag_floor_ns: int = default("lag_floor_ns")
+    max_error_rate: float = default("max_error_rate")      # run/ending.py's error verdict
     api_key_env: str | None = None
     extra_body: dict = field(default_factory=dict)
     url: str | None = None          # None: start the built-in simulator

@@ -19,7 +19,10 @@ A workload file (see workloads/quickstart.toml):
     max_concurrency = 0            # 0 = unlimited (pure open loop)
     request_timeout = "120s"
     drain_timeout = "30s"          # after the last intended send, in-flight requests get this long
-    max_send_lag_p99 = "5ms"       # above it the run is invalid: the generator fell behind (selfcheck.py)
+    max_send_lag_p99 = "50ms"      # above it the run is invalid whatever its latencies (selfcheck.py)
+    max_lag_share = 0.05           # the send lag may move a TTFT/e2e p50/p99 by this share of it
+    lag_floor = "2ms"              # ... or by this much, whichever is larger; beyond, the run is invalid
+    max_error_rate = 0.01          # failed (and dropped) share of the measured requests; beyond, invalid
     max_rate_deviation = 0.02      # achieved vs offered rate, relative; beyond it the run is invalid
     max_cv_deviation = 0.1         # dispatch-gap CV vs the plan's, absolute; beyond it the run is invalid
     concurrency = 0                # > 0: closed loop of N users (needs requests; arrivals are ignored)

@@ -21,6 +21,7 @@ def to_text(summary: Summary) -> str:
         + (f"  (server: {summary['server']})" if summary.get("server") else ""),
         f"requests   scheduled {r['scheduled']}  ok {r['ok']}  failed {r['failed']}  dropped {r['dropped']}",
         "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
+        *_error_lines(summary.get("errors")),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
         *_prefix_cache_lines(summary),
@@ -45,6 +46,7 @@ def to_text(summary: Summary) -> str:
         lines += ["", f"generator  send_lag p99 {_f(g['send_lag_p99_ms'])} ms  overdue {g.get('overdue')}  "
                       f"dispatch-gap CV {_f(g.get('cv_dispatch'))} (plan {_f(g.get('cv_plan'))})  "
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
+        lines += _lag_lines(g)
     lines += _load_and_goodput(summary)
     if "decomposition_ms" in summary:  # written by analysis/explain.py
         lines += explain_lines(summary)
@@ -73,6 +75,33 @@ def _prefix_cache_lines(summary: Summary) -> list[str]:
              f"the workload implies {_pct(c['expected_hit_rate'])}{salt}"]
     if c.get("mismatch"):
         lines.append(f"WARNING: {c['mismatch']}")
+    return lines
+
+
+def _lag_lines(g: dict) -> list[str]:
+    """How far the send lag moved each reported percentile (selfcheck.py), and the client's cause."""
+    out = []
+    shifts = g.get("lag_shift") or []
+    if shifts:
+        out.append("           send lag moved " + "  ".join(
+            f"{s['figure']} {_f(s['shift_ms'])} ms (tol {_f(s['tolerance_ms'])})"
+            + (" AFFECTED" if s["affected"] else "") for s in shifts))
+    h = g.get("host") or {}
+    if g.get("cause") and h:
+        out.append(f"           client {g['cause']}: loop CPU {100 * (h.get('loop_cpu_share') or 0):.0f} % of a core, "
+                   f"run-queue wait {100 * (h.get('loop_runqueue_share') or 0):.1f} % of the run, other processes "
+                   f"{_f(h.get('others_cpu_cores'))} of {h.get('host_cpus') or h.get('cpus')} cores, "
+                   f"steal {100 * (h.get('steal_share') or 0):.0f} %")
+    return out
+
+
+def _error_lines(e: dict | None) -> list[str]:
+    """The error rate and the most frequent error texts (analysis/failures.py), when anything failed."""
+    if not e or not e.get("failed"):
+        return []
+    lines = [f"errors     {e['failed']} of {e['counted']} failed ({100 * e['error_rate']:.1f} %); most frequent:"]
+    lines += [f"           {t['count']:>5}× {t['outcome']} {t['kind']}" + (f": {t['text']}" if t["text"] else "")
+              for t in e["top"]]
     return lines
 
 

@@ -71,7 +71,7 @@ def verdict_html(s: Summary) -> str:
                 f'<span data-s="run.status">{escape(str(s["run"]["status"]))}</span>).</p>')
     reasons = "".join(f'<li data-s="invalid_reasons.{i}">{escape(r)}</li>'
                       for i, r in enumerate(s["invalid_reasons"]))
-    return ('<div class="verdict invalid">INVALID run: its latencies include the client\'s own delay.'
+    return ('<div class="verdict invalid">INVALID run: its figures do not describe the server, for these reasons:'
             f"<ul>{reasons}</ul></div>")
 
 
@@ -194,6 +194,7 @@ def render_run(summary: Summary, run: Run, decomposition: pl.DataFrame | None = 
         verdict_html(s),
         '<h2>Summary</h2><div class="row"><div>', table_html(t.overview(s), s), "</div><div>",
         table_html(t.latency(s), s), "</div></div>",
+        table_html(t.errors(s), s),
         diagnosis_html(s),
         cdf_section(s, run),
         decomposition_section(s, decomposition),

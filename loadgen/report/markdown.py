@@ -30,9 +30,22 @@ def table_md(t: tables.Table | None, s: Mapping[str, Any]) -> list[str]:
 
 
 def verdict_md(s: Summary) -> list[str]:
+    return _verdict_md(s) + _affected_md(s)
+
+
+def _affected_md(s: Summary) -> list[str]:
+    """The figures the client's send lag moved beyond their tolerance (selfcheck.py), and its cause."""
+    g = s.get("generator") or {}
+    if not g.get("affected"):
+        return []
+    return [f"Figures moved by the client's send lag beyond their tolerance: {', '.join(g['affected'])} "
+            f"(client {g.get('cause', 'unknown')}).", ""]
+
+
+def _verdict_md(s: Summary) -> list[str]:
     if s.get("valid"):
         return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
-    return ["**INVALID run**: its latencies include the client's own delay.", "",
+    return ["**INVALID run**: its figures do not describe the server, for these reasons:", "",
             *(f"- {_escape(r)}" for r in s.get("invalid_reasons") or []), ""]
 
 
@@ -52,7 +65,7 @@ def render_run(summary: Summary) -> str:
     lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",
              f"`{s['run']['path']}` against `{s['run']['target']}`", ""]
     lines += verdict_md(s)
-    for table in (t.overview(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s),
+    for table in (t.overview(s), t.errors(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s),
                   t.server_crosscheck(s)):
         lines += table_md(table, s)
     lines += diagnosis_md(s)

@@ -76,6 +76,8 @@ def overview(s: Summary) -> Table:
     if isinstance(s.get("prefix_cache"), dict):  # analysis/prefix_cache.py (runs before it: no rows)
         rows += [["prefix-cache hit rate", Key("prefix_cache.hit_rate")],
                  ["hit rate the workload implies", Key("prefix_cache.expected_hit_rate")]]
+    if isinstance(s.get("errors"), dict) and s["errors"].get("error_rate") is not None:
+        rows.append(["error rate (share of measured)", Key("errors.error_rate")])
     # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them
     if isinstance(s.get("load"), dict) and "loop" in s["load"]:
         rows.append(["load loop", Key("load.loop")])
@@ -86,6 +88,18 @@ def overview(s: Summary) -> Table:
         rows += [[label, Key(f"goodput.{k}")] for label, k in (("goodput (req/s)", "requests_per_s"),
                                                                 ("SLO attainment", "attainment")) if k in g]
     return Table("Requests, rate, throughput", ["", "value"], rows)
+
+
+def errors(s: Summary) -> Table | None:
+    """The most frequent error texts (analysis/failures.py), when anything failed."""
+    e = s.get("errors") or {}
+    if not e.get("failed"):
+        return None
+    rows: list[list[Cell]] = [[Key(f"errors.top.{i}.count"), Key(f"errors.top.{i}.outcome"),
+                               Key(f"errors.top.{i}.kind"), Key(f"errors.top.{i}.text")] for i in range(len(e["top"]))]
+    return Table("Errors", ["count", "outcome", "kind", "text"], rows,
+                 f"{e['failed']} of {e['counted']} requests failed ({100 * e['error_rate']:.1f} %), "
+                 "most frequent first; credentials redacted")
 
 
 def latency(s: Summary) -> Table:
@@ -113,6 +127,16 @@ def generator(s: Summary) -> Table | None:
         if k in g]
     if isinstance(g.get("loop_lateness_ms"), dict) and "p99" in g["loop_lateness_ms"]:
         rows.append(["event-loop lateness p99 (ms)", Key("generator.loop_lateness_ms.p99")])
+    for i, sh in enumerate(g.get("lag_shift") or []):
+        rows.append([f"send lag moved {sh['figure']} by (ms)" + (" — AFFECTED" if sh["affected"] else ""),
+                     Key(f"generator.lag_shift.{i}.shift_ms")])
+    if g.get("cause"):
+        rows.append(["client cause (starved / saturated)", Key("generator.cause")])
+        rows += [[label, Key(f"generator.host.{k}")] for label, k in (
+            ("loop CPU (share of a core)", "loop_cpu_share"), ("loop run-queue wait (share of the run)",
+                                                               "loop_runqueue_share"),
+            ("other processes' CPU (cores)", "others_cpu_cores"), ("steal (share)", "steal_share"))
+            if (g.get("host") or {}).get(k) is not None]
     return Table("Generator self-check", ["", "value"], rows)
 
 

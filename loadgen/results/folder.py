@@ -92,6 +92,7 @@ class RunSummary(TypedDict):
     run: Json                                      # path, name, status, target (url)
     requests: dict[str, int]                       # scheduled, ok, failed, dropped
     outcomes: dict[str, int]                       # {outcome: rows}
+    errors: Json                                   # analysis/failures.summarize: rate, counts, top texts
     rate: dict[str, float | None]                  # offered_per_s, achieved_per_s
     throughput: dict[str, float | None]            # output_tokens_per_s, requests_per_s
     latency_ms: dict[str, dict[str, float | None]]  # {metric: {stat: ms}}

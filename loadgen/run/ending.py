@@ -5,7 +5,8 @@ the verdict.
   at t0 and once at the end; the launcher's own sections (`workers`, `ray`) are added where they apply.
 - judge() is the invalid-run rule, applied once to all the run's rows (times ns from t0, plan order):
   the generator's self-check (selfcheck.py; its rate and shape rules only for an open loop, from the
-  load model), then an unreachable target (reachability.py: that reason alone), then the prompt-length
+  load model), then an unreachable target (reachability.py: that reason alone), else the error rate
+  (analysis/failures.py, --max-error-rate; first, as it says most), then the prompt-length
   verdict (prompts.verdict, with the server's usage counts). The launcher's own reasons (a worker that
   died, Ray's clock skew) come first. A run that was interrupted has no reasons.
 - finish() joins them: judges, writes manifest.json, says the status and the reasons, returns the outcome.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +28,8 @@ from typing import Any, TextIO
 
 import polars as pl
 
-from loadgen import __version__
+from loadgen import __version__, metrics
+from loadgen.analysis import failures
 from loadgen.client.closedloop import load_model
 from loadgen.config.slo import slo_keys
 from loadgen.config.workload import RunConfig, redact_url
@@ -92,24 +95,38 @@ def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: li
 
 
 def check_generator(requests: pl.DataFrame, limits: selfcheck.Limits | None = None,
-                    open_loop: bool = True) -> tuple[list[str], dict]:
+                    open_loop: bool = True, host: dict | None = None) -> tuple[list[str], dict]:
     # requests: results.REQUEST_SCHEMA frame in plan (idx) order, times int64 ns from any one origin (t0);
-    # the self-check reads only differences of them
-    sent = requests.filter(pl.col("dispatched_ns").is_not_null())
+    # the self-check reads only differences of them. host: hostload.delta of the process (the cause).
+    sent = metrics.latency_columns(requests.filter(pl.col("dispatched_ns").is_not_null()), unit_ns=1,
+                                   names=("ttft", "e2e"))
+    ok = sent["outcome"] == "ok"
+    latency = {m: sent[m].cast(pl.Float64).zip_with(ok, pl.Series([None], dtype=pl.Float64))
+               .fill_null(float("nan")).to_numpy() for m in ("ttft", "e2e")}
     return selfcheck.check(sent["intended_ns"].to_numpy(), sent["dispatched_ns"].to_numpy(),
                            sent["slot_wait_ns"].fill_null(0).to_numpy(), limits or selfcheck.Limits(),
-                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop)
+                           measured=(~sent["warmup"]).to_numpy(), open_loop=open_loop, latency_ns=latency,
+                           host=host)
+
+
+def worst_host(records: list[dict]) -> dict | None:
+    """The process whose event loop waited longest for a CPU (hostload.delta figures), or None."""
+    hosts = [r["generator"]["host"] for r in records if (r.get("generator") or {}).get("host")]
+    return max(hosts, key=lambda h: h.get("loop_runqueue_share") or 0.0) if hosts else None
 
 
 def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict | None,
-          launcher_reasons: list[str] | tuple[str, ...] = ()) -> Verdict:
+          launcher_reasons: list[str] | tuple[str, ...] = (), host: dict | None = None) -> Verdict:
     """The invalid-run rule (module docstring). lengths: the workload's `prompt_lengths`, given the
     server's usage counts here (usage_check, in place); None: no prompt-length verdict."""
     reasons, generator = check_generator(requests, selfcheck.limits_of(config),
-                                         open_loop=load_model(config)["loop"] == "open")
+                                         open_loop=load_model(config)["loop"] == "open", host=host)
     unreachable = unreachable_reason(requests) if status == "complete" else None
     if unreachable:
         reasons = [unreachable]  # the generator's checks (and their advice) say nothing about such a run
+    else:
+        errors = failures.reason(failures.summarize(requests), config.max_error_rate)
+        reasons = [errors, *reasons] if errors else reasons
     reasons = [*launcher_reasons, *reasons] if status == "complete" else []
     if reasons:
         status = "invalid"
@@ -146,6 +163,8 @@ def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
     turns = session_turns(records)
     if turns:
         generator["session_turns"] = turns
+    if generator.get("host") is None:
+        generator["host"] = worst_host(records)
     return generator
 
 
@@ -184,7 +203,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     if lengths is not None and impossible:
         lengths["turns_impossible"] = impossible  # named in the usage check's reason
     said = lengths["reason"] if lengths else None  # say_workload said it before the run: judge() may add the usage's
-    verdict = judge(facts.config, requests, status, lengths, launcher_reasons)
+    verdict = judge(facts.config, requests, status, lengths, launcher_reasons, host=worst_host(records))
     generator = combine_generators(verdict, records)
     if workers is not None:
         generator["workers"] = len(workers)
@@ -198,6 +217,9 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     if lengths is not None and lengths["reason"] != said:  # once: only news from the server's usage counts
         say_lengths(progress, lengths)
     say(progress, f"{final_line}  [{verdict.status}]")
+    failed = failures.summarize(requests)
+    if failed["failed"]:  # shown whatever the verdict: a valid run with a few errors says so too
+        say(progress or sys.stderr, f"failures: {failures.describe(failed)}")
     for reason in verdict.reasons:
         say(progress, f"INVALID RUN: {reason}")
     return RunOutcome(path, verdict.status, verdict.reasons)

@@ -49,6 +49,7 @@ from loadgen.probe import prefix_cache
 from loadgen.probe.calibrate import fit, probe_failure, probe_record, probe_rows
 from loadgen.probe.scrape import Scraper
 from loadgen.results.folder import RunWriter, write_json, write_parquet
+from loadgen.run import hostload
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.run.outcome import say
 from loadgen.run.prepare import Target
@@ -161,7 +162,7 @@ async def measure(job: Job) -> Measured:
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
-            cpu0 = os.times()
+            cpu0, host0 = os.times(), hostload.sample()
             try:
                 status = await runner.run(stop)
             finally:
@@ -169,7 +170,7 @@ async def measure(job: Job) -> Measured:
                     t.cancel()
                 await asyncio.gather(flusher, probe, ticker, return_exceptions=True)
                 clock.close()
-                cpu1 = os.times()
+                cpu1, host1 = os.times(), hostload.sample()
     finally:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
@@ -185,7 +186,8 @@ async def measure(job: Job) -> Measured:
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     generator = {"loop_lateness_ms": _lateness(lateness_ns), "cpu_s": cpu_s,
                  "chunks": int(requests["n_chunks"].sum()),
-                 "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()}}
+                 "out_of_range": {m: h["out_of_range"] for m, h in histograms.items()},
+                 "host": hostload.delta(host0, host1)}   # starved or saturated? (selfcheck.cause)
     prepared = getattr(runner, "prepare_ns", None)  # session turns built during the run (runner.py)
     if prepared and shaper is not None:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,

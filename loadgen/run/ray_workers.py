@@ -167,10 +167,11 @@ def run_ray(target: Target, schedule: Schedule, n: int, writer: RunWriter, run_i
 
 
 def _skew_section(config: RunConfig, nodes: list[dict], start_wall_ns: int) -> tuple[dict, list[str]]:
-    limit_ms = config.max_send_lag_p99_ns / 1e6
+    # a node's skew shifts all its sends alike: a reported percentile by up to the skew (selfcheck's floor)
+    limit_ms = config.lag_floor_ns / 1e6
     worst = max(abs(x["offset_ms"]) + x["rtt_ms"] / 2 for x in nodes)
     reasons = ([f"clock skew between Ray nodes up to {worst:.3f} ms (offset + half the round trip) exceeds "
-                f"the send-lag limit {limit_ms:g} ms: the workers' schedules may be that far apart"]
+                f"the lag floor (--lag-floor) {limit_ms:g} ms: the workers' schedules may be that far apart"]
                if worst > limit_ms else [])
     return ({"address": config.ray, "start_unix_ns": start_wall_ns, "nodes": nodes, "max_skew_ms": worst,
              "skew_limit_ms": limit_ms}, reasons)

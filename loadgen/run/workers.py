@@ -182,7 +182,8 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
                                                  target.client.ssl_context())
     job = Job(target, schedule, backend, bodies, shaper, writer, part.run_id, None, part=part)
     measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
-    own = judge(config, measured.requests, measured.status, None)  # its share alone: detail, not the verdict
+    own = judge(config, measured.requests, measured.status, None,  # its share alone: detail, not the verdict
+                host=measured.generator.get("host"))
     record = {**measured.record(), "worker": part.worker, "pid": os.getpid(), "hostname": socket.gethostname(),
               "status": own.status, "invalid_reasons": own.reasons,
               "generator": combine_generators(own, [measured.record()]), "requests": measured.requests.height}

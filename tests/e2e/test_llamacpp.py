@@ -34,6 +34,7 @@ def workload(tmp_path, name: str, api: str, body: str) -> str:
         # data checks on a shared 2-core machine, where the host parks the client for 100-500 ms now and
         # then: the self-check's rules are unit-tested (test_selfcheck.py) and must not turn these into exit 3
         max_send_lag_p99 = "10s"
+        max_lag_share = 1
         max_rate_deviation = 10
         max_cv_deviation = 100
         """) + textwrap.dedent(body) + EXTRA)

@@ -27,6 +27,7 @@ def long_prompt_workload(tmp_path) -> str:
         drain_timeout = "30s"
         # the subject is the comparison of two servers, not whether a busy host kept the schedule
         max_send_lag_p99 = "10s"
+        max_lag_share = 1
         max_rate_deviation = 10
         max_cv_deviation = 100
         [prompt]

@@ -32,6 +32,7 @@ def engine_workload(tmp_path, requests=60, seed=5) -> str:
         drain_timeout = "30s"
         # a shared 2-core machine: the self-check's rules are unit-tested; the knee is the server's
         max_send_lag_p99 = "10s"
+        max_lag_share = 1
         max_rate_deviation = 10
         max_cv_deviation = 100
         [prompt]
@@ -138,6 +139,7 @@ def test_an_interrupted_sweep_keeps_its_points_and_resume_finishes_it(tmp_path):
         [run]
         requests = 60   # 3 s at 20/s: the interrupt 0.5 s into it lands inside it on a busy host too
         max_send_lag_p99 = "10s"
+        max_lag_share = 1
         max_rate_deviation = 10
         max_cv_deviation = 100
         [prompt]

@@ -109,7 +109,8 @@ def test_a_closed_loops_users_are_dealt_not_repeated(tmp_path):
 
 
 def test_the_verdict_applies_the_rate_rules_to_an_open_loop_only(tmp_path):
-    strict = {"--max-rate-deviation": "1e-9", "--max-cv-deviation": "1e-9"}
+    # the rate rules strict, the proportional lag rule off (lags up to 20 ms on a ~30 ms TTFT would fire it)
+    strict = {"--max-rate-deviation": "1e-9", "--max-cv-deviation": "1e-9", "--max-lag-share": "1"}
     open_loop = config.load(workload(tmp_path, requests=80), strict)
     closed = config.load(workload(tmp_path, requests=80), {**strict, "--concurrency": "4"})
     rng = np.random.default_rng(2)

@@ -103,7 +103,7 @@ def test_run_config_defaults_are_the_tables(tmp_path):
             assert f.default == o.value, o.field
         checked += 1
     assert checked >= 15
-    assert config.RunConfig.__dataclass_fields__["max_send_lag_p99_ns"].default == 5_000_000
+    assert config.RunConfig.__dataclass_fields__["max_send_lag_p99_ns"].default == 50_000_000
     assert selfcheck.Limits() == selfcheck.limits_of(config.load(write(tmp_path, GOOD)))
 
 
