@@ -1,0 +1,83 @@
+"""`--repeat N`: the same workload run N times, one after another, into DIR/repeat-1 .. DIR/repeat-N (each
+a complete results folder, its summary.json written as `loadgen report` writes it) and DIR/repeats.json,
+the across-run spread of each figure (analysis/repeats.py; docs/results.md has the schema).
+
+The repeats share the config, so the seed: the same arrival times and lengths every time, so that what
+differs between them is the server and the host, not the plan. There is no per-run prompt salt on this
+branch: the prompt text is the same too (a server with prefix caching serves repeats 2..N warm), and
+repeats.json says so in its `note`. The outcome's status is the worst of the runs' (interrupted > invalid
+> complete), so the exit code is the worst; an interrupt stops the series, and repeats.json covers the
+runs that finished.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from loadgen.analysis import repeats as stats
+from loadgen.analysis.explain import ExplainOptions
+from loadgen.analysis.report_summary import build
+from loadgen.config.client import ClientOptions
+from loadgen.config.workload import RunConfig, with_overrides
+from loadgen.errors import ResultsError
+from loadgen.results.folder import write_json
+from loadgen.run.launch import run_workload
+from loadgen.run.outcome import RunOutcome, say
+from loadgen.run.prepare import default_out
+
+SEVERITY = {"complete": 0, "invalid": 1}   # any other status (interrupted) is worse than both
+NOTE = ("the repeats share the seed (the same arrival times and lengths) and the same prompt text (no "
+        "per-run prompt salt): a server that caches prefixes serves repeats 2..N from its cache")
+
+
+def repeat_dir(k: int) -> str:
+    return f"repeat-{k}"
+
+
+def _prepare(out: Path, overwrite: bool) -> None:
+    """A new or empty folder, or (with --overwrite) an earlier repeats folder, whose repeat-k folders
+    are each replaced as its run starts (RunWriter.prepare)."""
+    if out.exists() and not out.is_dir():
+        raise ResultsError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ResultsError(f"--out {out}: folder is not empty; choose another --out, or pass --overwrite "
+                               f"to replace the repeated run in it")
+        if not stats.is_repeats(out):
+            raise ResultsError(f"--out {out}: folder is not empty and holds no repeated run ({stats.REPEATS_JSON}); "
+                               f"--overwrite replaces only a repeats folder; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client: ClientOptions | None = None,
+                 opts: ExplainOptions | None = None, slo_ms: dict[str, float] | None = None,
+                 run_one: Callable[..., RunOutcome] = run_workload) -> RunOutcome:
+    """config.repeat runs of config into config.out (a repeats folder) -> the worst outcome, its path the
+    repeats folder, its reasons each run's prefixed with the run's folder name."""
+    client = client or ClientOptions()
+    out = Path(config.out or default_out(config))
+    _prepare(out, client.overwrite)
+    runs: list[dict] = []
+    summaries: list[dict] = []
+    status = "complete"
+    reasons: list[str] = []
+    for k in range(1, config.repeat + 1):
+        say(progress, f"repeat {k} of {config.repeat} -> {out / repeat_dir(k)}")
+        cfg = with_overrides(config, "--repeat", out=str(out / repeat_dir(k)))
+        outcome = run_one(cfg, progress=progress, client=client)
+        runs.append({"dir": repeat_dir(k), "status": outcome.status, "valid": outcome.status == "complete",
+                     "invalid_reasons": list(outcome.invalid_reasons)})
+        reasons += [f"{repeat_dir(k)}: {r}" for r in outcome.invalid_reasons]
+        if SEVERITY.get(outcome.status, 2) > SEVERITY.get(status, 2):
+            status = outcome.status
+        summaries.append(dict(build(outcome.path, opts, slo_ms)[1]))  # summary.json of the repeat
+        if outcome.status not in SEVERITY:  # interrupted: the series stops here
+            break
+    for extra in sorted(out.glob("repeat-*")):  # an earlier, longer series replaced with --overwrite
+        if extra.name not in {r["dir"] for r in runs}:
+            shutil.rmtree(extra)
+    write_json(out / stats.REPEATS_JSON, stats.repeats_record(out, runs, summaries, NOTE))
+    return RunOutcome(out, status, reasons)
