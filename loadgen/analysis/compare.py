@@ -425,7 +425,8 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
             if repeats.is_repeats(pa[r]) or repeats.is_repeats(pb[r]):  # sweep --repeat N: its points
                 rc = compare_repeated(pa[r], pb[r], slo_ms, min_effect, r)
                 invalid += rc["invalid"]
-                diffs += [d for d in same_work(*rc["work"]) if d not in diffs and d["field"] not in ("rate", "requests")]
+                diffs += [d for d in same_work(*rc["work"])
+                          if d not in diffs and d["field"] not in ("rate", "requests")]
                 out["points"].append({"rate_per_s": r, "noise_floor": rc["noise_floor"], "variance": rc["variance"],
                                       "metrics": rc["metrics"]})
                 continue
