@@ -51,6 +51,30 @@ def sweep_table(d: dict) -> tables.Table:
     return tables.Table("Points (latency ms, rates req/s)", [c for c, _ in cols], rows)
 
 
+SPREAD = (("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"), ("e2e p99", "e2e", "p99"),
+          ("throughput", "throughput", "value"))
+
+
+def spread_table(d: dict) -> tables.Table | None:
+    """sweep --repeat N: each point's spread over its repeats (the points table shows their means): per
+    figure the sd and the Student-t 95 % CI of the mean (repeats.json's)."""
+    pts = [(i, p) for i, p in enumerate(d.get("points", [])) if p.get("repeats")]
+    if not pts:
+        return None
+    rows: list[list[tables.Cell]] = []
+    for i, p in pts:
+        figs = [(f["metric"], f["stat"]) for f in p["repeats"]["figures"]]
+        row: list[tables.Cell] = [Key(f"points.{i}.rate_per_s"), Key(f"points.{i}.repeats.n")]
+        for _, m, st in SPREAD:
+            j = figs.index((m, st)) if (m, st) in figs else None
+            row += (["-", "-"] if j is None else [Key(f"points.{i}.repeats.figures.{j}.sd"),
+                                                  Key(f"points.{i}.repeats.figures.{j}.ci")])
+        rows.append(row)
+    headers = ["rate (req/s)", "repeats"] + [h for label, _, _ in SPREAD for h in (f"{label} sd", f"{label} 95% CI")]
+    return tables.Table("Spread over the repeats (Student t, N-1 df; the points above are their means)", headers,
+                        rows)
+
+
 KNEE_ROWS = (("knee", "knee (req/s)", "rate_per_s"), ("knee", "first saturated (req/s)", "first_saturated_per_s"),
              ("knee", "TTFT knee (req/s)", "ttft_knee_per_s"),
              ("knee", "low-load TTFT p99 (ms)", "low_load_ttft_p99_ms"),
@@ -123,6 +147,8 @@ def sweep_html(d: dict) -> str:
                                                    f'{escape(tables.show(v))}</span>' for k, v in slo.items())
                                          if slo else "none") + "</p>",
             "".join(charts), table_html(sweep_table(d), d)]
+    if spread_table(d) is not None:
+        body.append(table_html(spread_table(d), d))
     return page(f"loadgen sweep: {sw.get('workload')}", body)
 
 
@@ -131,6 +157,8 @@ def sweep_md(d: dict) -> str:
     lines = [f"### loadgen sweep: {sw.get('workload')}", "", f"`{sw.get('path')}` · mode {sw.get('mode')} · "
              f"status {sw.get('status')}", ""]
     lines += table_md(knee_table(d), d) + table_md(sweep_table(d), d)
+    if spread_table(d) is not None:
+        lines += table_md(spread_table(d), d)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -81,3 +81,26 @@ def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client
             shutil.rmtree(extra)
     write_json(out / stats.REPEATS_JSON, stats.repeats_record(out, runs, summaries, NOTE))
     return RunOutcome(out, status, reasons)
+
+
+# --- a sweep's point that is a repeats folder (sweep --repeat N; run/sweep.py) --------------------------
+def mean_record(records: list[dict]) -> dict:
+    """One sweep-point record from its repeats' records: every number the mean over the repeats (None when
+    a repeat has none), every other value the first repeat's; sweep.py then judges the point on it."""
+    def merge(values: list):
+        if all(isinstance(v, dict) for v in values):
+            return {k: merge([v.get(k) for v in values]) for k in values[0]}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return sum(values) / len(values)
+        return values[0]
+
+    return merge(records)
+
+
+def point_repeats(folder: Path, records: list[dict]) -> dict:
+    """What a repeated sweep point adds to its record: `repeats` {n, figures (repeats.json's)}, `valid`
+    only when every repeat is, and each repeat's reasons prefixed with its folder name."""
+    rec = stats.read(folder)
+    return {"valid": all(r["valid"] for r in records),
+            "invalid_reasons": [f"{r['dir'].rsplit('/', 1)[-1]}: {x}" for r in records for x in r["invalid_reasons"]],
+            "repeats": {"n": rec["repeats"], "figures": rec["figures"]}}

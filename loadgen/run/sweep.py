@@ -21,7 +21,8 @@ of the queue taking over. Max goodput: the highest rate whose run is valid and w
 past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
 Files: DIR/sweep.json (the manifest: spec, base config, each point's rate, folder and status, written
-after every point), DIR/rate-<r>/ (a normal results folder with its summary.json), and at the end (also
+after every point), DIR/rate-<r>/ (a normal results folder with its summary.json; with --repeat N a repeats folder, the
+point's row the mean of its repeats' rows, run/repeat.py), and at the end (also
 after an interrupt) DIR/sweep_summary.json and DIR/sweep_summary.txt. `--resume` re-reads sweep.json,
 keeps every finished point and measures only what is missing (the search is deterministic given the
 points, so it continues where it stopped).
@@ -33,6 +34,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from datetime import datetime
 from pathlib import Path
 from typing import TextIO
@@ -49,6 +51,8 @@ from loadgen.errors import ExitCode
 from loadgen.metrics import OK_ROWS, fitted_rate_per_s
 from loadgen.results.folder import Json, read_run, write_json
 from loadgen.run.launch import run_workload
+from loadgen.run.repeat import mean_record, point_repeats, run_repeated
+from loadgen.analysis.repeats import is_repeats
 
 SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
@@ -182,7 +186,9 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
         if r is not None:
             with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
-    run_point = run_point or run_workload
+    # --repeat N: each point a repeats folder of N runs (run/repeat.py), judged on its repeats' mean record
+    run_point = run_point or (partial(run_repeated, opts=opts, slo_ms=spec.slo_ms or None) if config.repeat > 1
+                              else run_workload)
     out = Path(out)
     manifest: Json = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
                 "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),
@@ -199,7 +205,8 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
                 raise SweepError(f"{out / MANIFEST}: --resume with a different {key} (differs in: "
                                  f"{', '.join(diff)}); use the same workload and flags, or another --out")
         for p in old.get("points", []):
-            if p.get("status") in ("complete", "invalid") and (out / p["dir"] / "summary.json").is_file():
+            if p.get("status") in ("complete", "invalid") and any((out / p["dir"] / f).is_file()
+                                                                  for f in ("summary.json", "repeats.json")):
                 done[round_rate(p["rate_per_s"])] = p
     elif resume:
         raise SweepError(f"{out}: no {MANIFEST} to resume")
@@ -229,7 +236,8 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
             write_json(out / MANIFEST, manifest)
             if outcome.status not in ("complete", "invalid"):
                 raise Interrupted
-            build(folder, opts, spec.slo_ms or None)
+            if not is_repeats(folder):  # a repeats folder's summaries are built by run_repeated
+                build(folder, opts, spec.slo_ms or None)
             rec = point_record(out, entry, spec)
         records[r] = rec
         return rec
@@ -252,8 +260,17 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
 
 
 def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
-    """One row of the sweep summary, from the point's summary.json and requests.parquet."""
+    """One row of the sweep summary, from the point's summary.json and requests.parquet (a repeats folder:
+    the mean of its repeats' rows, with their spread in `repeats`)."""
     folder = out / entry["dir"]
+    if is_repeats(folder):
+        runs = [point_record(out, {**entry, "dir": f"{entry['dir']}/{r['dir']}", "status": r["status"]}, spec)
+                for r in orjson.loads((folder / "repeats.json").read_bytes())["runs"]]
+        rec = mean_record(runs) | {"dir": entry["dir"], "status": entry["status"]} | point_repeats(folder, runs)
+        rec["keeps_up"] = keeps_up(rec, spec.tolerance)
+        if spec.slo_ms:
+            rec["meets_attainment"] = meets_attainment(rec, spec.attainment)
+        return rec
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
     ok = run.requests.filter(~pl.col("warmup") & OK_ROWS)
@@ -318,6 +335,7 @@ def summary_text(s: dict) -> str:
                      f"{f(d['prefill']):>8}{f(d['decode']):>8}{f(g.get('attainment'), '{:.0%}'):>8}"
                      f"{f(g.get('requests_per_s')):>8}  {'yes' if p['keeps_up'] else 'NO'}"
                      + ("" if p["valid"] else "  INVALID"))
+    lines += repeat_lines(s["points"])
     k = s["knee"]
     lines += ["", "latency in ms (decomposition: mean per request); ok = completes within the tolerance of the "
                   "offered rate",
@@ -343,6 +361,23 @@ def summary_text(s: dict) -> str:
         lines.append(f"INTERRUPTED: the finished points are kept; `loadgen sweep ... --out {s['sweep']['path']} "
                      "--resume` continues")
     return "\n".join(lines) + "\n"
+
+
+SPREAD_ROWS = (("ttft", "p99"), ("tpot", "p50"), ("itl", "p99"), ("e2e", "p99"), ("throughput", "value"))
+
+
+def repeat_lines(points: list[dict]) -> list[str]:
+    """sweep --repeat N: under the table (whose numbers are the repeats' means), each point's spread: the
+    Student-t 95 % CI of a few figures over its repeats."""
+    out = []
+    for p in points:
+        if not p.get("repeats"):
+            continue
+        by = {(f["metric"], f["stat"]): f for f in p["repeats"]["figures"]}
+        cells = [f"{m}{st.lstrip('p') if st != 'value' else ''} [{f['ci'][0]:.4g}, {f['ci'][1]:.4g}]"
+                 for m, st in SPREAD_ROWS if (f := by.get((m, st))) and f["ci"][0] is not None]
+        out.append(f"{p['rate_per_s']:>8g}  {p['repeats']['n']} repeats, 95 % t CI: " + "  ".join(cells))
+    return ["", "spread over the repeats (the table shows their means):", *out] if out else []
 
 
 def _say(out: TextIO | None, text: str) -> None:

@@ -153,3 +153,32 @@ def test_a_bad_repeat_is_an_input_error(runs, tmp_path):
     assert p.returncode == ExitCode.USAGE and "--repeat: must be >= 1" in p.stderr and "Traceback" not in p.stderr
     p = loadgen("run", runs["workload"], "--repeat", "2", "--out", str(runs["a"]))
     assert p.returncode == ExitCode.USAGE and "not empty" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_sweep_repeats_each_point_and_shows_its_spread(runs, tmp_path):
+    out = tmp_path / "sweep"
+    args = ("sweep", runs["workload"], "--rates", "10,20/s", "--repeat", "2", "--out", str(out), "--no-calibrate",
+            "--quiet", "--sim-args", FIXED.format("20ms"))
+    p = loadgen(*args, timeout=300)
+    assert p.returncode == 0, p.stderr
+    s = orjson.loads((out / "sweep_summary.json").read_bytes())
+    assert [pt["dir"] for pt in s["points"]] == ["rate-10", "rate-20"]
+    for pt in s["points"]:
+        folder = out / pt["dir"]
+        assert sorted(x.name for x in folder.iterdir()) == ["repeat-1", "repeat-2", "repeats.json"]
+        ttft = [orjson.loads((folder / f"repeat-{k}" / "summary.json").read_bytes())["latency_ms"]["ttft"]["p50"]
+                for k in (1, 2)]
+        assert pt["latency_ms"]["ttft"]["p50"] == pytest.approx(sum(ttft) / 2)  # the point: its repeats' mean
+        assert pt["repeats"]["n"] == 2 and pt["repeats"]["figures"] == repeats.read(folder)["figures"]
+        assert pt["valid"] and pt["keeps_up"]
+    assert "spread over the repeats" in (out / "sweep_summary.txt").read_text()
+    md = loadgen("report", str(out), "--format", "md")
+    assert md.returncode == 0 and "Spread over the repeats" in md.stdout, md.stderr
+    c = orjson.loads(loadgen("compare", str(out), str(out), "--format", "json").stdout)["comparisons"][0]
+    assert [pt["variance"].split(" (")[0] for pt in c["points"]] == ["across-run: Welch's t on the run means"] * 2
+    before = (out / "rate-10" / "repeat-1" / "manifest.json").read_bytes()
+    again = loadgen(*args, "--resume", timeout=120)  # every point finished: kept, none measured again
+    assert again.returncode == 0, again.stderr
+    assert (out / "rate-10" / "repeat-1" / "manifest.json").read_bytes() == before
+    assert [pt["dir"] for pt in orjson.loads((out / "sweep_summary.json").read_bytes())["points"]] == \
+        ["rate-10", "rate-20"]
