@@ -287,6 +287,9 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
             body.append('<p class="verdict invalid">Not the same work: ' + ", ".join(
                 f'<span data-s="comparisons.{i}.same_work.differences.{j}.field">{escape(str(x.get("field")))}'
                 "</span>" for j, x in enumerate(diffs)) + "</p>")
+        if c.get("variance"):  # a repeated input (--repeat): which variance judged the changes
+            body.append(f'<p class="note">variance: <span data-s="comparisons.{i}.variance">'
+                        f'{escape(str(c["variance"]))}</span></p>')
         floor = c.get("noise_floor") or {}
         if floor:
             body.append(f'<p class="note">noise floor <span data-k="comparisons.{i}.noise_floor.ms">'
@@ -316,6 +319,8 @@ def compare_md(d: dict) -> str:
         diffs = (c.get("same_work") or {}).get("differences") or []
         if diffs:
             lines += ["Not the same work: " + ", ".join(str(x.get("field")) for x in diffs), ""]
+        if c.get("variance"):
+            lines += [f"variance: {c['variance']}", ""]
         lines += table_md(metrics_table(c, i), d)
     return "\n".join(lines).rstrip() + "\n"
 
