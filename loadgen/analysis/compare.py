@@ -514,7 +514,7 @@ def to_text(result: dict) -> str:
         for d in c["same_work"]["differences"]:
             lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}")
         if c["kind"] == "run":
-            lines += [f"variance: {c['variance']}"] * ("variance" in c) + [_floor_line(c["noise_floor"])]
+            lines += _variance_line(c) + [_floor_line(c["noise_floor"])]
             lines += _table(c["metrics"])
         else:
             cv = c["curves"]
@@ -523,7 +523,7 @@ def to_text(result: dict) -> str:
                          f"B {_show(cv['max_goodput_per_s']['b'])}/s")
             for p in c["points"]:
                 keep = [m for m in p["metrics"] if (m["metric"], m["stat"]) in SWEEP_ROWS]
-                lines += ["", f"at {p['rate_per_s']:g}/s"] + [f"variance: {p['variance']}"] * ("variance" in p)
+                lines += ["", f"at {p['rate_per_s']:g}/s"] + _variance_line(p)
                 lines += [_floor_line(p["noise_floor"])] + _table(keep)
         for r in c["fail_if"]:
             state = "not evaluated" if r["held"] is None else "HELD" if r["held"] else "not held"
@@ -539,6 +539,11 @@ def to_text(result: dict) -> str:
     if result["failed_rules"]:
         lines += [f"FAILED: {f}" for f in result["failed_rules"]]
     return "\n".join(lines) + "\n"
+
+
+def _variance_line(c: dict) -> list[str]:
+    """A comparison (or sweep point) with a repeated input: which variance judged it (compare_repeated)."""
+    return [f"variance: {c['variance']}"] if c.get("variance") else []
 
 
 def _floor_line(floor: dict) -> str:
