@@ -324,6 +324,10 @@ def compare_repeated(a_path: str, b_path: str, slo_ms, min_effect: float, rate_p
     figures (p90, means, the decomposition) are not compared. -> {variance, noise_floor, metrics, invalid,
     work: (A's, B's)}."""
     a, b = repeats.side(a_path, slo_ms), repeats.side(b_path, slo_ms)
+    for path, x in ((a_path, a), (b_path, b)):
+        if x["repeated"] and len(x["runs"]) < 2:  # an interrupted series may hold one run
+            raise CompareError(f"{path}: a repeats folder of {len(x['runs'])} run(s); the across-run variance needs "
+                               f"2 or more (compare {x['runs'][0] if x['runs'] else path} as a run instead)")
     lateness = [[loop_lateness_p99_ms(m) for m in x["manifests"]] for x in (a, b)]
     a_ms, b_ms = max(lateness[0]), max(lateness[1])
     who, x, late = ("B", b, lateness[1]) if b_ms > a_ms else ("A", a, lateness[0])

@@ -4,6 +4,7 @@ from each repeat's own summary.json, `report` of a repeats folder, compare of tw
 across-run variance (Welch's t, said in the reason) and of a repeated side against one run, the exit code
 the worst repeat's, and a bad --repeat an input error."""
 import math
+import shutil
 
 import numpy as np
 import orjson
@@ -182,3 +183,14 @@ def test_a_sweep_repeats_each_point_and_shows_its_spread(runs, tmp_path):
     assert (out / "rate-10" / "repeat-1" / "manifest.json").read_bytes() == before
     assert [pt["dir"] for pt in orjson.loads((out / "sweep_summary.json").read_bytes())["points"]] == \
         ["rate-10", "rate-20"]
+
+
+def test_compare_refuses_a_repeats_folder_of_one_run(runs, tmp_path):
+    # an interrupted series can leave one run: there is no across-run variance to judge by
+    one = tmp_path / "one"
+    shutil.copytree(runs["a"] / "repeat-1", one / "repeat-1")
+    rec = repeats.read(runs["a"])
+    (one / "repeats.json").write_bytes(orjson.dumps({**rec, "repeats": 1, "runs": rec["runs"][:1]}))
+    p = loadgen("compare", str(one), str(runs["b"]))
+    assert p.returncode == ExitCode.USAGE and "Traceback" not in p.stderr
+    assert "a repeats folder of 1 run(s); the across-run variance needs 2 or more" in p.stderr
