@@ -3,11 +3,12 @@ a complete results folder, its summary.json written as `loadgen report` writes i
 the across-run spread of each figure (analysis/repeats.py; docs/results.md has the schema).
 
 The repeats share the config, so the seed: the same arrival times and lengths every time, so that what
-differs between them is the server and the host, not the plan. There is no per-run prompt salt on this
-branch: the prompt text is the same too (a server with prefix caching serves repeats 2..N warm), and
-repeats.json says so in its `note`. The outcome's status is the worst of the runs' (interrupted > invalid
-> complete), so the exit code is the worst; an interrupt stops the series, and repeats.json covers the
-runs that finished.
+differs between them is the server and the host, not the plan. The prompt text differs only when each
+repeat records its own prompt salt (config.prompt_salt); without one it is the same too (a server with
+prefix caching serves repeats 2..N warm), and repeats.json's `note` says which (note()).
+
+The outcome's status is the worst of the runs' (interrupted > invalid > complete), so the exit code is
+the worst; an interrupt stops the series, and repeats.json covers the runs that finished.
 """
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ from loadgen.run.prepare import default_out
 SEVERITY = {"complete": 0, "invalid": 1}   # any other status (interrupted) is worse than both
 NOTE = ("the repeats share the seed (the same arrival times and lengths) and the same prompt text (no "
         "per-run prompt salt): a server that caches prefixes serves repeats 2..N from its cache")
+FRESH = ("the repeats share the seed (the same arrival times and lengths); each has its own prompt text "
+         "(prompt salts {}, config.prompt_salt in each manifest)")
+
+
+def note(summaries: list[dict]) -> str:
+    """What the repeats share, from their recorded configs: fresh prompt text only when every repeat
+    recorded a prompt salt and no two are equal (a build with a per-run salt), else NOTE."""
+    salts = [(s.get("config") or {}).get("prompt_salt") for s in summaries]
+    if salts and None not in salts and len(set(salts)) == len(salts):
+        return FRESH.format(", ".join(str(x) for x in salts))
+    return NOTE
 
 
 def repeat_dir(k: int) -> str:
@@ -79,7 +91,7 @@ def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client
     for extra in sorted(out.glob("repeat-*")):  # an earlier, longer series replaced with --overwrite
         if extra.name not in {r["dir"] for r in runs}:
             shutil.rmtree(extra)
-    write_json(out / stats.REPEATS_JSON, stats.repeats_record(out, runs, summaries, NOTE))
+    write_json(out / stats.REPEATS_JSON, stats.repeats_record(out, runs, summaries, note(summaries)))
     return RunOutcome(out, status, reasons)
 
 

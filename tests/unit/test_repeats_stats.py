@@ -85,3 +85,12 @@ def test_figures_need_every_run():
     assert by[("throughput", "value")]["values"] == [5.0, 5.0, None]
     assert by[("throughput", "value")]["mean"] is None
     assert ("goodput", "value") not in by and ("tpot", "p50") not in by
+
+
+def test_the_note_says_whether_the_prompt_text_was_fresh():
+    from loadgen.run.repeat import NOTE, note
+
+    assert note([{"config": {"seed": 1}}] * 3) == NOTE                       # no salt recorded
+    assert note([{"config": {"prompt_salt": 7}}, {"config": {"prompt_salt": 7}}]) == NOTE   # one salt shared
+    fresh = note([{"config": {"prompt_salt": 7}}, {"config": {"prompt_salt": 9}}])
+    assert "own prompt text" in fresh and "7, 9" in fresh
