@@ -79,13 +79,18 @@ def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client
     for k in range(1, config.repeat + 1):
         say(progress, f"repeat {k} of {config.repeat} -> {out / repeat_dir(k)}")
         cfg = with_overrides(config, "--repeat", out=str(out / repeat_dir(k)))
-        outcome = run_one(cfg, progress=progress, client=client)
+        try:
+            outcome = run_one(cfg, progress=progress, client=client)
+            summary = dict(build(outcome.path, opts, slo_ms)[1])  # summary.json of the repeat
+        except KeyboardInterrupt:  # between two runs' signal handling (preparing, summarizing): stop here
+            status = "interrupted"
+            break
         runs.append({"dir": repeat_dir(k), "status": outcome.status, "valid": outcome.status == "complete",
                      "invalid_reasons": list(outcome.invalid_reasons)})
         reasons += [f"{repeat_dir(k)}: {r}" for r in outcome.invalid_reasons]
+        summaries.append(summary)
         if SEVERITY.get(outcome.status, 2) > SEVERITY.get(status, 2):
             status = outcome.status
-        summaries.append(dict(build(outcome.path, opts, slo_ms)[1]))  # summary.json of the repeat
         if outcome.status not in SEVERITY:  # interrupted: the series stops here
             break
     for extra in sorted(out.glob("repeat-*")):  # an earlier, longer series replaced with --overwrite

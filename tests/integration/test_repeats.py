@@ -194,3 +194,27 @@ def test_compare_refuses_a_repeats_folder_of_one_run(runs, tmp_path):
     p = loadgen("compare", str(one), str(runs["b"]))
     assert p.returncode == ExitCode.USAGE and "Traceback" not in p.stderr
     assert "a repeats folder of 1 run(s); the across-run variance needs 2 or more" in p.stderr
+
+
+def test_an_interrupt_stops_the_series_and_keeps_what_finished(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    w = workload(tmp_path, rate="20/s", requests=80, max_tokens=16)
+    out = tmp_path / "r"
+    p = subprocess.Popen([sys.executable, "-m", "loadgen", "run", w, "--repeat", "3", "--out", str(out),
+                          "--no-calibrate", "--quiet", "--sim-args", FIXED.format("20ms")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "repeat-2" / "manifest.json").is_file() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == ExitCode.INTERRUPTED, err
+    rec = repeats.read(out)
+    assert rec["runs"][0]["status"] == "complete" and 1 <= len(rec["runs"]) <= 2
+    if len(rec["runs"]) == 2:
+        assert rec["runs"][1]["status"] == "interrupted"
+    assert not (out / "repeat-3").exists()  # the series stopped
