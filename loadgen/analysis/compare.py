@@ -20,7 +20,7 @@ import orjson
 import polars as pl
 
 from loadgen.analysis import bootstrap as bs
-from loadgen.analysis import goodput, prefix_cache
+from loadgen.analysis import goodput, prefix_cache, repeats
 from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
@@ -179,7 +179,7 @@ REASON_SHORT = {"no_value": "no value", "within_noise": "both within noise", "ci
 
 
 def _why(a_val, b_val, point_rel, rel_ci, resolved: bool, unit: str, min_effect: float, floor_ms: float,
-         floor_source: str) -> tuple[list[str], list[str], bool]:
+         floor_source: str, by: str = "the bootstrap") -> tuple[list[str], list[str], bool]:
     """What keeps a change from being a verdict: (reason codes, their sentences, within_noise). Empty when
     nothing does. within_noise: a metric in ms whose both sides are below the noise floor, or both zero,
     has no meaningful relative change (a component of 0.2 ms against -0.65 ms is "-425 %")."""
@@ -195,7 +195,7 @@ def _why(a_val, b_val, point_rel, rel_ci, resolved: bool, unit: str, min_effect:
         return ["no_value"], ["no relative change (A is 0, or the bootstrap has no interval)"], False
     if not resolved:
         codes.append("ci_includes_zero")
-        texts.append(f"the 95 % CI of the change [{rel_ci[0]:+.1%}, {rel_ci[1]:+.1%}] includes 0: the bootstrap "
+        texts.append(f"the 95 % CI of the change [{rel_ci[0]:+.1%}, {rel_ci[1]:+.1%}] includes 0: {by} "
                      f"cannot tell the runs apart")
     if abs(point_rel) < min_effect:
         codes.append("below_min_effect")
@@ -283,6 +283,77 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
     return out
 
 
+# --- repeated runs (--repeat N): the across-run variance -------------------------------------------------
+def _repeated_variance(a: dict, b: dict) -> str:
+    """Which variance a comparison with a repeated side uses, in words (the JSON's `variance`)."""
+    na, nb = len(a["runs"]), len(b["runs"])
+    if a["repeated"] and b["repeated"]:
+        return (f"across-run: Welch's t on the run means (A {na} runs, B {nb} runs), not the within-run "
+                f"bootstrap")
+    rep, one = ("A", "B") if a["repeated"] else ("B", "A")
+    n = na if a["repeated"] else nb
+    return (f"across-run of {rep} ({n} runs), assumed for {one}'s single run: {one} against the mean of {rep} "
+            f"with sd*sqrt(1 + 1/{n}) and t at {n - 1} df, not the within-run bootstrap")
+
+
+def _repeated_entry(key: tuple[str, str], a: dict, b: dict, min_effect: float, floor: dict, by: str) -> dict:
+    metric, stat = key
+    unit, better = next((u, bt) for m, s, u, bt, _ in repeats.FIGURES if (m, s) == key)
+    va, vb = a["values"][key], b["values"][key]
+    if a["repeated"] and b["repeated"]:
+        t = repeats.welch(va, vb)
+    elif a["repeated"]:
+        t = repeats.single_vs_repeats(va, vb[0])
+    else:
+        t = repeats.single_vs_repeats(vb, va[0])
+        t = {**t, "diff": -t["diff"], "diff_ci": [-t["diff_ci"][1], -t["diff_ci"][0]]}
+    ma, mb = sum(va) / len(va), sum(vb) / len(vb)
+    point_rel = mb / ma - 1 if ma else None
+    rel_ci = [c / abs(ma) for c in t["diff_ci"]] if ma else [None, None]  # A's mean taken as exact
+    resolved = t["diff_ci"][0] > 0 or t["diff_ci"][1] < 0
+    floor_ms = floor["ms"] if unit == "ms" else 0.0
+    codes, texts, within_noise = _why(ma, mb, point_rel, rel_ci, resolved, unit, min_effect, floor_ms,
+                                      floor["source"], by)
+    verdict = "indistinguishable" if codes else ("better" if (mb > ma) == (better == "higher") else "worse")
+    if within_noise:
+        point_rel, rel_ci = None, [None, None]
+    return {"metric": metric, "stat": stat, "unit": unit, "better": better, "a": ma, "b": mb,
+            "a_ci": repeats.spread(va)["ci"], "b_ci": repeats.spread(vb)["ci"], "a_runs": va, "b_runs": vb,
+            "diff": t["diff"], "diff_ci": t["diff_ci"], "rel": _num(point_rel), "rel_ci": rel_ci,
+            "resolved": resolved, "t": t["t"], "df": t["df"], "p": t["p"], "verdict": verdict, "reasons": codes,
+            "why": "; ".join(texts), "within_noise": within_noise, **({"floor_ms": floor_ms} if unit == "ms" else {})}
+
+
+def compare_repeated(a_path: str, b_path: str, slo_ms, min_effect: float, rate_per_s: float | None = None) -> dict:
+    """Two inputs of which one or both are repeats folders: per figure of analysis/repeats.FIGURES, the
+    change judged by the across-run variance (_repeated_variance says which); the other within-run
+    figures (p90, means, the decomposition) are not compared. -> {variance, noise_floor, metrics, invalid,
+    work: (A's, B's)}."""
+    a, b = repeats.side(a_path, slo_ms), repeats.side(b_path, slo_ms)
+    for path, x in ((a_path, a), (b_path, b)):
+        if x["repeated"] and len(x["runs"]) < 2:  # an interrupted series may hold one run
+            raise CompareError(f"{path}: a repeats folder of {len(x['runs'])} run(s); the across-run variance needs "
+                               f"2 or more (compare {x['runs'][0] if x['runs'] else path} as a run instead)")
+    lateness = [[loop_lateness_p99_ms(m) for m in x["manifests"]] for x in (a, b)]
+    a_ms, b_ms = max(lateness[0]), max(lateness[1])
+    who, x, late = ("B", b, lateness[1]) if b_ms > a_ms else ("A", a, lateness[0])
+    worst = x["runs"][late.index(max(late))]
+    ms = max(a_ms, b_ms)
+    floor = {"ms": ms, "a_ms": a_ms, "b_ms": b_ms, "run": who if ms > 0 else None, "path": worst if ms > 0 else None,
+             "source": (f"client loop-lateness p99 of {who} ({worst})" if ms > 0
+                        else "none (no run measured its client loop lateness)")}
+    variance = _repeated_variance(a, b)
+    by = ("Welch's t on the run means (across-run variance)" if a["repeated"] and b["repeated"]
+          else "the across-run variance of the repeated side")
+    keys = [(m, s) for m, s, *_ in repeats.FIGURES if (m, s) in a["values"] and (m, s) in b["values"]]
+    invalid = [invalid_input(label, run, manifest, rate_per_s) for label, x in (("A", a), ("B", b))
+               for run, manifest in zip(x["runs"], x["manifests"])]
+    return {"variance": variance, "noise_floor": floor,
+            "metrics": [_repeated_entry(k, a, b, min_effect, floor, by) for k in keys],
+            "invalid": [i for i in invalid if i is not None],
+            "work": (load_run(a["runs"][0], slo_ms).work, load_run(b["runs"][0], slo_ms).work)}
+
+
 def invalid_input(side: str, path: str, manifest: Manifest | dict[str, Any],
                   rate_per_s: float | None = None) -> dict | None:
     """None for a run that completed (manifest status `complete`, the summary's `valid`); else what the
@@ -312,9 +383,12 @@ def kind_of(path: str) -> str:
     p = Path(path)
     if (p / "sweep.json").is_file():
         return "sweep"
+    if repeats.is_repeats(p):
+        return "repeats"
     if (p / "manifest.json").is_file():
         return "run"
-    raise CompareError(f"{p}: neither a results folder (manifest.json) nor a sweep folder (sweep.json)")
+    raise CompareError(f"{p}: neither a results folder (manifest.json), a repeats folder (repeats.json) nor a "
+                       f"sweep folder (sweep.json)")
 
 
 def _sweep_points(path: str) -> tuple[dict, dict[float, str]]:
@@ -329,11 +403,18 @@ def _sweep_points(path: str) -> tuple[dict, dict[float, str]]:
 def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed: int, min_effect: float,
                  allow_invalid: bool = False) -> dict:
     ka, kb = kind_of(a), kind_of(b)
-    if ka != kb:
+    runs = {"run", "repeats"}  # a repeated run compares with a run (the variance says how)
+    if ka != kb and not {ka, kb} <= runs:
         raise CompareError(f"cannot compare a {ka} ({a}) with a {kb} ({b})")
-    out: dict = {"a": a, "b": b, "kind": ka}
+    out: dict = {"a": a, "b": b, "kind": "run" if ka in runs else ka}
     invalid: list[dict | None] = []
-    if ka == "run":
+    if "repeats" in (ka, kb):
+        rc = compare_repeated(a, b, slo_ms, min_effect)
+        invalid += rc["invalid"]
+        diffs = same_work(*rc["work"])
+        out.update(variance=rc["variance"], noise_floor=rc["noise_floor"], metrics=rc["metrics"])
+        checked = [out["metrics"]]
+    elif ka == "run":
         ra, rb = load_run(a, slo_ms), load_run(b, slo_ms)
         invalid += [invalid_input("A", a, ra.manifest), invalid_input("B", b, rb.manifest)]
         diffs = same_work(ra.work, rb.work)
@@ -351,6 +432,14 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
             diffs.append({"field": "rate", "a": sorted(pa), "b": sorted(pb)})
         out["points"] = []
         for r in common:
+            if repeats.is_repeats(pa[r]) or repeats.is_repeats(pb[r]):  # sweep --repeat N: its points
+                rc = compare_repeated(pa[r], pb[r], slo_ms, min_effect, r)
+                invalid += rc["invalid"]
+                diffs += [d for d in same_work(*rc["work"])
+                          if d not in diffs and d["field"] not in ("rate", "requests")]
+                out["points"].append({"rate_per_s": r, "noise_floor": rc["noise_floor"], "variance": rc["variance"],
+                                      "metrics": rc["metrics"]})
+                continue
             ra, rb = load_run(pa[r], slo_ms), load_run(pb[r], slo_ms)
             invalid += [invalid_input("A", pa[r], ra.manifest, r), invalid_input("B", pb[r], rb.manifest, r)]
             for d in same_work(ra.work, rb.work):
@@ -436,7 +525,8 @@ def to_text(result: dict) -> str:
             lines.append(f"WARNING: NOT THE SAME WORK: {d['field']} differs: A {_show(d['a'])}  B {_show(d['b'])}"
                          + (f" ({d['why']})" if d.get("why") else ""))
         if c["kind"] == "run":
-            lines += [_floor_line(c["noise_floor"])] + _table(c["metrics"])
+            lines += _variance_line(c) + [_floor_line(c["noise_floor"])]
+            lines += _table(c["metrics"])
         else:
             cv = c["curves"]
             lines.append(f"knee        A {_show(cv['knee_per_s']['a'])}/s  B {_show(cv['knee_per_s']['b'])}/s")
@@ -444,7 +534,8 @@ def to_text(result: dict) -> str:
                          f"B {_show(cv['max_goodput_per_s']['b'])}/s")
             for p in c["points"]:
                 keep = [m for m in p["metrics"] if (m["metric"], m["stat"]) in SWEEP_ROWS]
-                lines += ["", f"at {p['rate_per_s']:g}/s"] + [_floor_line(p["noise_floor"])] + _table(keep)
+                lines += ["", f"at {p['rate_per_s']:g}/s"] + _variance_line(p)
+                lines += [_floor_line(p["noise_floor"])] + _table(keep)
         for r in c["fail_if"]:
             state = "not evaluated" if r["held"] is None else "HELD" if r["held"] else "not held"
             lines.append(f"fail-if {r['rule']!r}: {state} ({r.get('not_evaluated') or _change(r['value'], r['rule'])})")
@@ -453,9 +544,17 @@ def to_text(result: dict) -> str:
                   f"{result['method']['min_effect']:.0%} (else '< min effect') and, in ms, >= the noise floor "
                   "(else '< noise floor'); 'both within noise': A and B are both below the floor, no relative "
                   "change is given (the JSON's `why` says each in full)"]
+    if any("variance" in x for c in result["comparisons"] for x in (c, *c.get("points", []))):
+        lines.append("repeated inputs (--repeat): their CIs are Student t over the run values, the change's from the "
+                     "across-run variance named on each `variance` line, not the bootstrap")
     if result["failed_rules"]:
         lines += [f"FAILED: {f}" for f in result["failed_rules"]]
     return "\n".join(lines) + "\n"
+
+
+def _variance_line(c: dict) -> list[str]:
+    """A comparison (or sweep point) with a repeated input: which variance judged it (compare_repeated)."""
+    return [f"variance: {c['variance']}"] if c.get("variance") else []
 
 
 def _floor_line(floor: dict) -> str:

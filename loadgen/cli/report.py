@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
 
 def command(args: argparse.Namespace) -> int:
     # lazy: analysis and report pull in polars, numpy (a fast start for the other commands)
+    from loadgen.analysis import repeats
     from loadgen.analysis.explain import ExplainOptions
     from loadgen.analysis.report_summary import build
     from loadgen.config.units import parse_duration_ns
@@ -46,6 +47,8 @@ def command(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise ValueError(f"--window: {e}") from None
         opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
+        if repeats.is_repeats(args.run_dir):  # --repeat N's folder: the across-run table
+            return _repeats_report(args, repeats.rebuild(args.run_dir, opts, slo_ms))
         # summary, explanation, goodput; writes summary.json and decomposition.parquet
         run, summary, decomposition = build(args.run_dir, opts, slo_ms)
     except ValueError as e:  # RooflineError is one
@@ -56,6 +59,26 @@ def command(args: argparse.Namespace) -> int:
         from loadgen.report.pages import render_run_page
 
         text = render_run_page(args.format, summary, run, decomposition)
+    if args.out:
+        Path(args.out).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return ExitCode.OK
+
+
+def _repeats_report(args: argparse.Namespace, rec: dict) -> int:
+    """A repeats folder (loadgen/analysis/repeats.py): text or JSON; its runs have their own pages."""
+    import orjson
+
+    from loadgen.analysis import repeats
+
+    if args.format in ("html", "md"):
+        print(f"error: --format {args.format}: {args.run_dir} is a repeats folder; its across-run table is "
+              f"text or json, and each run's page is `loadgen report {args.run_dir}/repeat-K --format "
+              f"{args.format}`", file=sys.stderr)
+        return ExitCode.USAGE
+    text = (orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
+            else repeats.to_text(rec))
     if args.out:
         Path(args.out).write_text(text)
     else:

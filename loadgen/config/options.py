@@ -153,6 +153,9 @@ OPTIONS = (
        kind=kinds.custom("URL"), metavar="URL", commands=RUNS),
     _o("--out", "results folder (default results/NAME-TIMESTAMP)", field="out", kind=kinds.custom("folder"),
        metavar="DIR", commands=(RUN,)),
+    _o("--repeat", "run the workload N times (the same seed, one after another) into --out/repeat-1..N, "
+       "with each figure's across-run spread and t CI in --out/repeats.json (docs/results.md)", field="repeat",
+       kind=kinds.integer(1, 100), default=1, metavar="N", commands=RUNS),
     _o("--sim-args", "flags for the built-in simulator, e.g. '--ttft 20ms' (split as a shell would)",
        field="sim_args", kind=WORDS, default="", metavar="ARGS", commands=RUNS),
     _o("--no-calibrate", "skip the idle-server probes; without server timings the report then cannot "

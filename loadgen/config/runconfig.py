@@ -91,6 +91,7 @@ class RunConfig:
     scrape_metrics: bool = default("scrape_metrics")   # sample the target's /metrics (probe/scrape.py)
     scrape_interval_ns: int = default("scrape_interval_ns")
     workers: int = default("workers")   # generator processes (run/workers.py); 0 = auto, picked by rate
+    repeat: int = default("repeat")     # run the workload this many times (run/repeat.py); 1 = once
     ray: str | None = None          # Ray cluster address or "auto" (run/ray_workers.py); None = local processes
     # production-shaped workloads (all optional)
     trace: TraceSpec | None = None

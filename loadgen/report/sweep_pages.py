@@ -53,6 +53,30 @@ def sweep_table(d: dict) -> tables.Table:
     return tables.Table("Points (latency ms, rates req/s)", [c for c, _ in cols], rows)
 
 
+SPREAD = (("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"), ("e2e p99", "e2e", "p99"),
+          ("throughput", "throughput", "value"))
+
+
+def spread_table(d: dict) -> tables.Table | None:
+    """sweep --repeat N: each point's spread over its repeats (the points table shows their means): per
+    figure the sd and the Student-t 95 % CI of the mean (repeats.json's)."""
+    pts = [(i, p) for i, p in enumerate(d.get("points", [])) if p.get("repeats")]
+    if not pts:
+        return None
+    rows: list[list[tables.Cell]] = []
+    for i, p in pts:
+        figs = [(f["metric"], f["stat"]) for f in p["repeats"]["figures"]]
+        row: list[tables.Cell] = [Key(f"points.{i}.rate_per_s"), Key(f"points.{i}.repeats.n")]
+        for _, m, st in SPREAD:
+            j = figs.index((m, st)) if (m, st) in figs else None
+            row += (["-", "-"] if j is None else [Key(f"points.{i}.repeats.figures.{j}.sd"),
+                                                  Key(f"points.{i}.repeats.figures.{j}.ci")])
+        rows.append(row)
+    headers = ["rate (req/s)", "repeats"] + [h for label, _, _ in SPREAD for h in (f"{label} sd", f"{label} 95% CI")]
+    return tables.Table("Spread over the repeats (Student t, N-1 df; the points above are their means)", headers,
+                        rows)
+
+
 KNEE_ROWS = (("knee", "knee (req/s)", "rate_per_s"), ("knee", "first saturated (req/s)", "first_saturated_per_s"),
              ("knee", "TTFT knee (req/s)", "ttft_knee_per_s"),
              ("knee", "low-load TTFT p99 (ms)", "low_load_ttft_p99_ms"),
@@ -129,6 +153,8 @@ def sweep_html(d: dict) -> str:
                                                    f'{escape(tables.show(v))}</span>' for k, v in slo.items())
                                          if slo else "none") + "</p>",
             "".join(charts), table_html(sweep_table(d), d)]
+    if spread_table(d) is not None:
+        body.append(table_html(spread_table(d), d))
     return page(f"loadgen sweep: {sw.get('workload')}", body)
 
 
@@ -137,6 +163,8 @@ def sweep_md(d: dict) -> str:
     lines = [f"### loadgen sweep: {sw.get('workload')}", "", f"`{sw.get('path')}` · mode {sw.get('mode')} · "
              f"status {sw.get('status')}", ""]
     lines += table_md(knee_table(d), d) + table_md(sweep_table(d), d)
+    if spread_table(d) is not None:
+        lines += table_md(spread_table(d), d)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -265,6 +293,9 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
             body.append('<p class="verdict invalid">Not the same work: ' + ", ".join(
                 f'<span data-s="comparisons.{i}.same_work.differences.{j}.field">{escape(str(x.get("field")))}'
                 "</span>" for j, x in enumerate(diffs)) + "</p>")
+        if c.get("variance"):  # a repeated input (--repeat): which variance judged the changes
+            body.append(f'<p class="note">variance: <span data-s="comparisons.{i}.variance">'
+                        f'{escape(str(c["variance"]))}</span></p>')
         floor = c.get("noise_floor") or {}
         if floor:
             body.append(f'<p class="note">noise floor <span data-k="comparisons.{i}.noise_floor.ms">'
@@ -294,6 +325,8 @@ def compare_md(d: dict) -> str:
         diffs = (c.get("same_work") or {}).get("differences") or []
         if diffs:
             lines += ["Not the same work: " + ", ".join(str(x.get("field")) for x in diffs), ""]
+        if c.get("variance"):
+            lines += [f"variance: {c['variance']}", ""]
         lines += table_md(metrics_table(c, i), d)
     return "\n".join(lines).rstrip() + "\n"
 

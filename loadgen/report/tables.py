@@ -46,7 +46,9 @@ def lookup(summary: Mapping[str, Any], path: str):
 def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
     if c.pct and v is not None:
-        return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
+        # an interval may be [None, None] (compare's within-noise metrics): shown as "-"
+        return (" – ".join("-" if x is None else f"{x * 100:+.1f}%" for x in v) if isinstance(v, list)
+                else f"{v * 100:+.1f}%")
     if c.scale != 1.0 and isinstance(v, (int, float)) and not isinstance(v, bool):
         return show(float(v) * c.scale)
     return show(v)

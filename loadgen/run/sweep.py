@@ -23,7 +23,8 @@ also reports the server's peak waiting-queue depth and KV usage (`server_max_wai
 past the knee, where a finite run meets the SLOs only until its queue grows past them.
 
 Files: DIR/sweep.json (the manifest: spec, base config, each point's rate, folder and status, written
-after every point), DIR/rate-<r>/ (a normal results folder with its summary.json), and at the end (also
+after every point), DIR/rate-<r>/ (a normal results folder with its summary.json; with --repeat N a repeats folder, the
+point's row the mean of its repeats' rows, run/repeat.py), and at the end (also
 after an interrupt) DIR/sweep_summary.json and DIR/sweep_summary.txt. `--resume` re-reads sweep.json,
 keeps every finished point and measures only what is missing (the search is deterministic given the
 points, so it continues where it stopped).
@@ -35,6 +36,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -55,6 +57,8 @@ from loadgen.metrics import number, steady_rates
 from loadgen.probe.scrape import WAITING
 from loadgen.results.folder import Json, read_run, write_json
 from loadgen.run.launch import run_workload
+from loadgen.run.repeat import mean_record, point_repeats, run_repeated
+from loadgen.analysis.repeats import is_repeats
 
 SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
@@ -206,7 +210,9 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
         if r is not None:
             with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
-    run_point = run_point or partial(run_workload, client=client)
+    # --repeat N: each point a repeats folder of N runs (run/repeat.py), judged on its repeats' mean record
+    run_point = run_point or (partial(run_repeated, opts=opts, slo_ms=spec.slo_ms or None, client=client)
+                              if config.repeat > 1 else partial(run_workload, client=client))
     out = Path(out)
     manifest: Json = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
                 "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),
@@ -223,7 +229,8 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
                 raise SweepError(f"{out / MANIFEST}: --resume with a different {key} (differs in: "
                                  f"{', '.join(diff)}); use the same workload and flags, or another --out")
         for p in old.get("points", []):
-            if p.get("status") in ("complete", "invalid") and (out / p["dir"] / "summary.json").is_file():
+            if p.get("status") in ("complete", "invalid") and any((out / p["dir"] / f).is_file()
+                                                                  for f in ("summary.json", "repeats.json")):
                 done[round_rate(p["rate_per_s"])] = p
     elif resume:
         raise SweepError(f"{out}: no {MANIFEST} to resume")
@@ -259,7 +266,8 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
             write_json(out / MANIFEST, manifest)
             if outcome.status not in ("complete", "invalid"):
                 raise Interrupted
-            build(folder, opts, spec.slo_ms or None)
+            if not is_repeats(folder):  # a repeats folder's summaries are built by run_repeated
+                build(folder, opts, spec.slo_ms or None)
             rec = point_record(out, entry, spec)
         records[r] = rec
         return rec
@@ -285,8 +293,17 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
 
 
 def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
-    """One row of the sweep summary, from the point's summary.json and requests.parquet."""
+    """One row of the sweep summary, from the point's summary.json and requests.parquet (a repeats folder:
+    the mean of its repeats' rows, with their spread in `repeats`)."""
     folder = out / entry["dir"]
+    if is_repeats(folder):
+        runs = [point_record(out, {**entry, "dir": f"{entry['dir']}/{r['dir']}", "status": r["status"]}, spec)
+                for r in orjson.loads((folder / "repeats.json").read_bytes())["runs"]]
+        rec = mean_record(runs) | {"dir": entry["dir"], "status": entry["status"]} | point_repeats(folder, runs)
+        rec["keeps_up"] = keeps_up(rec, spec.tolerance)
+        if spec.slo_ms:
+            rec["meets_attainment"] = meets_attainment(rec, spec.attainment)
+        return rec
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
     rows = run.requests
@@ -383,6 +400,7 @@ def summary_text(s: dict) -> str:
                      + ("" if p["valid"] else "  INVALID (excluded)")
                      + ("  (re-run: the first run was invalid)" if p.get("rerun_of_invalid") else ""))
     lines += _prefix_cache_lines(s["points"])
+    lines += repeat_lines(s["points"])
     k = s["knee"]
     by = f" by {', '.join(k['saturated_by'])}" if k.get("saturated_by") else ""
     lines += ["", "latency in ms (decomposition: mean per request); offer/done over the steady-state window; "
@@ -423,6 +441,23 @@ def _prefix_cache_lines(points: list[dict]) -> list[str]:
     lines += [f"WARNING at {p['rate_per_s']:g}/s: {p['prefix_cache_mismatch']}" for p in points
               if p.get("prefix_cache_mismatch")]
     return lines
+
+
+SPREAD_ROWS = (("ttft", "p99"), ("tpot", "p50"), ("itl", "p99"), ("e2e", "p99"), ("throughput", "value"))
+
+
+def repeat_lines(points: list[dict]) -> list[str]:
+    """sweep --repeat N: under the table (whose numbers are the repeats' means), each point's spread: the
+    Student-t 95 % CI of a few figures over its repeats."""
+    out = []
+    for p in points:
+        if not p.get("repeats"):
+            continue
+        by = {(f["metric"], f["stat"]): f for f in p["repeats"]["figures"]}
+        cells = [f"{m}{st.lstrip('p') if st != 'value' else ''} [{f['ci'][0]:.4g}, {f['ci'][1]:.4g}]"
+                 for m, st in SPREAD_ROWS if (f := by.get((m, st))) and f["ci"][0] is not None]
+        out.append(f"{p['rate_per_s']:>8g}  {p['repeats']['n']} repeats, 95 % t CI: " + "  ".join(cells))
+    return ["", "spread over the repeats (the table shows their means):", *out] if out else []
 
 
 def _say(out: TextIO | None, text: str) -> None:
