@@ -122,7 +122,7 @@ def test_prefill_vs_decode_report_shows_ttft_rising_and_tpot_flat(tmp_path):
     _, run_dir = run_and_report(tmp_path, "workloads/prefill-vs-decode.toml", SIM,
                                 "--requests", "14", "--rate", "2/s", "--max-tokens", "32")
     text = loadgen("report", run_dir).stdout
-    table = text.split("prompt tokens", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    table = text.split("\nprompt tokens ", 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
     assert [line.split()[0] for line in table] == ["200-200", "2000-2000"], text
     ttft = [float(line.split()[2]) for line in table]
     tpot = [float(line.split()[3]) for line in table]

@@ -27,6 +27,7 @@ def config(tmp_path):
         max_send_lag_p99 = "10s"
         max_rate_deviation = 10
         max_cv_deviation = 100
+        max_lag_share = 1   # only the 1 ns send-lag limit below makes a point invalid
         [prompt]
         tokens = 16
         tokenizer = "approximate"

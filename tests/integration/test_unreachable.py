@@ -21,7 +21,7 @@ def test_calibration_gives_up_after_the_first_unanswered_probe(tmp_path):
                     timeout=100)
         calib = server.heads_with(b"calib-")
     assert calib == 1, calib
-    assert "each waits at most 10s" in p.stderr and "calibration skipped" in p.stderr, p.stderr
+    assert "each waits at most 10s" in p.stderr and "calibration failed: the first probe" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 

@@ -65,12 +65,19 @@ def rows_of_a_run(n: int = 120, all_refused: bool = False) -> list[Row]:
 
 def check_generator_of_rows(rows: list[Row]) -> tuple[list[str], dict]:
     # the self-check as computed from the rows in memory (absolute times) before rows were released
+    # (the proportional rule reads TTFT and e2e from intended time of the ok rows, NaN elsewhere)
     sent = [r for r in rows if r.dispatched_ns is not None]
     n = len(sent)
+
+    def latency(end: str) -> np.ndarray:
+        return np.fromiter((getattr(r, end) - r.intended_ns if r.outcome == OK and getattr(r, end) is not None
+                            else np.nan for r in sent), np.float64, n)
+
     return selfcheck.check(np.fromiter((r.intended_ns for r in sent), np.int64, n),
                            np.fromiter((r.dispatched_ns for r in sent), np.int64, n),
                            np.fromiter((r.slot_wait_ns or 0 for r in sent), np.int64, n), selfcheck.Limits(),
-                           measured=np.fromiter((not r.warmup for r in sent), bool, n))
+                           measured=np.fromiter((not r.warmup for r in sent), bool, n),
+                           latency_ns={"ttft": latency("first_token_ns"), "e2e": latency("last_token_ns")})
 
 
 def unreachable_of_rows(rows: list[Row]) -> str | None:
