@@ -9,7 +9,7 @@ The shipped multi-turn-chat.toml and shared-system-prompt.toml are run as they a
 exact (templates, system prompts and histories counted whole); a short sweep past vLLM's saturation names
 TPOT growth at its top point (analysis/knee.py). Left to the helpers building it (issue 23): a second
 identical run still cold (prefix-cache hit rate from vLLM's counters). Per-request server timings:
-test_vllm_per_request.py; compare of --max-num-seqs 2 vs 16: test_vllm_compare.py.
+test_vllm_per_request.py; compare of --max-num-seqs 2 vs 16: the same module (2, then 16 seats).
 """
 from __future__ import annotations
 
