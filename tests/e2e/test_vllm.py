@@ -264,11 +264,13 @@ def test_shared_system_prompt_workload_exact(vllm, tmp_path):
 
 def test_sweep_sees_overload_as_tpot_growth(vllm, tmp_path):
     # Three short points against vLLM's defaults (256 seats: it admits everything and never queues), the
-    # last past its saturation (~500-550 output tok/s here: 24/s x 64 tokens offers ~1,500): overload shows as
+    # last past its saturation (~500-550 output tok/s here: 32/s x 64 tokens offers ~2,000): overload shows as
     # every step slowing, so the knee rule must name `tpot` at the top point, and not the server's waiting.
     # Ground truth: vLLM's own decode histogram over each point's window grew as loadgen's TPOT did, and its
     # waiting gauge stayed 0. Each point's prefix-cache hit rate, from vLLM's counters, is a figure (0 and 0
-    # measured at 2 and 24/s; a hit would shorten prefill, not the decode steps judged here). ~35 s.
+    # measured at 2 and 32/s; a hit would shorten prefill, not the decode steps judged here). 48 requests a
+    # point: with 24, the base's completion rate read 7 % behind its offers on a busy host (Poisson noise
+    # in a 12 s window) and the top's batch drained too soon for TPOT to double (16.4 -> 30.4 ms). ~55 s.
     wl = workload(tmp_path, "sweep", "completions", """
         [arrivals]
         process = "poisson"
@@ -280,30 +282,35 @@ def test_sweep_sees_overload_as_tpot_growth(vllm, tmp_path):
         """)
     out = tmp_path / "sweep"
     p = loadgen("sweep", wl, "--url", vllm.url, "--out", str(out), "--quiet", "--seed", fresh_seed(),
-                "--rates", "2,8,24/s", "--requests", "24", "--no-calibrate", "--scrape-metrics",
+                "--rates", "2,8,32/s", "--requests", "48", "--no-calibrate", "--scrape-metrics",
                 "--scrape-interval", "250ms", timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = orjson.loads((out / "sweep_summary.json").read_bytes())
     pts = sorted(summary["points"], key=lambda x: x["rate_per_s"])
-    assert [x["rate_per_s"] for x in pts] == [2, 8, 24] and all(x["valid"] for x in pts), pts
+    rates = [x["rate_per_s"] for x in pts]
+    # the sweep does not escalate past an over-saturated point (completing under half its offers): on a busy
+    # host 8/s can already be one (measured: 3.1 of 13.4/s), and then it is the top
+    stopped = (summary.get("search") or {}).get("stopped") or ""
+    assert rates == [2, 8, 32] or (rates == [2, 8] and "over-saturated" in stopped), (rates, stopped)
+    assert all(x["valid"] for x in pts), pts
     base, top = pts[0], pts[-1]
     assert base["saturated_by"] == [], base
     assert "tpot" in top["saturated_by"] and "server_waiting" not in top["saturated_by"], top
-    assert summary["knee"]["saturated"] and summary["knee"]["first_saturated_per_s"] in (8, 24), summary["knee"]
+    assert summary["knee"]["saturated"] and summary["knee"]["first_saturated_per_s"] in (8, 32), summary["knee"]
     vllm_decode, tpot, hits = [], [], []
     for x in (base, top):
         d = out / x["dir"]
         s = report(d)
         sm = pl.read_parquet(d / "server_metrics.parquet")
         assert sm.filter(pl.col("name") == "vllm:num_requests_waiting")["value"].max() == 0   # never queued
-        assert s["server_histograms_ms"]["n"] == 24
+        assert s["server_histograms_ms"]["n"] == 48, s["server_histograms_ms"]
         vllm_decode.append(s["server_histograms_ms"]["decode"])
         tpot.append(x["latency_ms"]["tpot"]["p50"])
         hits.append(round(counter_delta(sm, "vllm:prefix_cache_hits_total")
                           / counter_delta(sm, "vllm:prefix_cache_queries_total"), 2))
     assert vllm_decode[1] > 2 * vllm_decode[0], (vllm_decode, tpot)   # vLLM's own steps slowed as loadgen saw
-    FIGURES["vllm sweep 2/8/24 per s, 64 out: TPOT p50 ms at 2 and 24/s; vLLM decode mean ms"] = (
+    FIGURES["vllm sweep 2/8/32 per s, 64 out: TPOT p50 ms at the base and top points; vLLM decode mean ms"] = (
         [round(t, 1) for t in tpot], [round(v, 1) for v in vllm_decode])
-    FIGURES["vllm sweep: saturated_by per point; knee"] = (
-        [x["saturated_by"] for x in pts], summary["knee"]["rate_per_s"])
-    FIGURES["vllm sweep: prefix-cache hit rate at 2 and 24/s (shared seed)"] = hits
+    FIGURES["vllm sweep: rates, saturated_by per point, knee, stopped"] = (
+        rates, [x["saturated_by"] for x in pts], summary["knee"]["rate_per_s"], stopped)
+    FIGURES["vllm sweep: prefix-cache hit rate at the base and top points (shared seed)"] = hits
