@@ -288,11 +288,9 @@ def ttft_cause(metrics: list[dict]) -> dict | None:
     (means add up; percentiles do not). None when TTFT has no verdict or a side has no decomposition."""
     by = {(m["metric"], m["stat"]): m for m in metrics}
     t = by.get(("ttft", "mean"))
-    parts = {c: by.get((f"decomposition.{c}", "mean")) for c in TTFT_PARTS}
-    if t is None or t["verdict"] == "indistinguishable" or not t["diff"] or any(
-            m is None or m["diff"] is None for m in parts.values()):
+    d = {c: (by.get((f"decomposition.{c}", "mean")) or {}).get("diff") for c in TTFT_PARTS}
+    if t is None or t["verdict"] == "indistinguishable" or not t["diff"] or any(v is None for v in d.values()):
         return None
-    d = {c: m["diff"] for c, m in parts.items()}
     share = {c: v / t["diff"] for c, v in d.items()}
     top = max(share, key=lambda c: share[c])
     cause = CAUSE_NAMES[top] if share[top] >= CAUSE_SHARE else None
