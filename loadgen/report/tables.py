@@ -44,8 +44,9 @@ def lookup(summary: Mapping[str, Any], path: str):
 
 def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
-    if c.pct and v is not None:
-        return " – ".join(f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else f"{v * 100:+.1f}%"
+    if c.pct and v is not None:  # an interval without bounds (compare's within-noise rel_ci: [null, null]) is "-"
+        return " – ".join("-" if x is None else f"{x * 100:+.1f}%" for x in v) if isinstance(v, list) else \
+            f"{v * 100:+.1f}%"
     return show(v)
 
 
