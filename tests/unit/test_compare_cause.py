@@ -47,3 +47,20 @@ def test_no_cause_without_a_ttft_verdict_or_a_decomposition():
     assert compare._cause_line(None) == []
     c = compare.ttft_cause(metrics((400.0, 100.0), (320.0, 30.0), (75.0, 65.0)))
     assert compare._cause_line(c) == [f"cause of the TTFT change: {c['why']}"]
+
+
+def test_the_pages_show_the_cause():
+    from loadgen.report.sweep_pages import render
+    from tests.unit.test_report_pages import check_html_numbers
+    ms = metrics((400.0, 100.0), (320.0, 30.0), (75.0, 65.0))
+    c = {"a": "A", "b": "B", "kind": "run", "invalid": [], "metrics": ms, "ttft_cause": compare.ttft_cause(ms),
+         "same_work": {"same": True, "differences": []}, "fail_if": [],
+         "noise_floor": {"ms": 1.0, "a_ms": 1.0, "b_ms": 0.5, "run": "A", "path": "A", "source": "A"}}
+    d = {"invalid_inputs": [], "kind": "loadgen-compare", "schema_version": 1, "baseline": "A",
+         "method": {"resampling": "blocks", "resamples": 300, "seed": 0, "confidence": 0.95, "min_effect": 0.05,
+                    "percentiles": "nearest rank", "allow_invalid": False}, "comparisons": [c], "failed_rules": [],
+         "rules_not_evaluated": False}
+    html = render(d, "html")
+    keyed, _ = check_html_numbers(html, d)
+    assert keyed[("data-s", "comparisons.0.ttft_cause.why")] == c["ttft_cause"]["why"]
+    assert f"Cause of the TTFT change: {c['ttft_cause']['why']}" in render(d, "md")
