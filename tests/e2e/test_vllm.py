@@ -3,7 +3,8 @@
 One server for the module (tests/e2e/vllm_server.py; VLLM_URL=http://... reuses a running one instead).
 Every run goes through the CLI, then requests.parquet, manifest.json and the report are checked against
 vLLM's own answers: `usage.prompt_tokens` per request, and its `/metrics` histograms scraped over the run.
-Bounded: ~80 requests in all, outputs of 16-32 tokens. Figures land in conftest.FIGURES.
+Bounded: ~260 requests in all (144 of them the sweep's), outputs of 16-64 tokens; ~2 min 10 s with a running
+server. Figures land in conftest.FIGURES.
 
 The shipped multi-turn-chat.toml and shared-system-prompt.toml are run as they are, shortened by flags, and
 exact (templates, system prompts and histories counted whole); a short sweep past vLLM's saturation names
