@@ -354,6 +354,34 @@ def compare_repeated(a_path: str, b_path: str, slo_ms, min_effect: float, rate_p
             "work": (load_run(a["runs"][0], slo_ms).work, load_run(b["runs"][0], slo_ms).work)}
 
 
+TTFT_PARTS = ("queue", "prefill")   # the decomposition's components before the first token
+CAUSE_NAMES = {"queue": "queueing", "prefill": "prefill"}
+CAUSE_SHARE = 0.5   # a component is the cause when its change is at least this share of TTFT's, same sign
+
+
+def ttft_cause(metrics: list[dict]) -> dict | None:
+    """Why TTFT changed, from the decomposition: when the mean TTFT has a verdict (better or worse) and both
+    runs have the decomposition, the component before the first token (queue, prefill) whose mean moved the
+    most in TTFT's direction, named the cause when its change is at least CAUSE_SHARE of TTFT's mean change
+    (means add up; percentiles do not). None when TTFT has no verdict or a side has no decomposition."""
+    by = {(m["metric"], m["stat"]): m for m in metrics}
+    t = by.get(("ttft", "mean"))
+    d = {c: (by.get((f"decomposition.{c}", "mean")) or {}).get("diff") for c in TTFT_PARTS}
+    if t is None or t["verdict"] == "indistinguishable" or not t["diff"] or any(v is None for v in d.values()):
+        return None
+    share = {c: v / t["diff"] for c, v in d.items()}
+    top = max(share, key=lambda c: share[c])
+    cause = CAUSE_NAMES[top] if share[top] >= CAUSE_SHARE else None
+    moved = "fell" if t["diff"] < 0 else "rose"
+    parts_s = ", ".join(f"{c} {v:+.4g} ms ({share[c]:.0%})" for c, v in d.items())
+    why = (f"TTFT mean {moved} {abs(t['diff']):.4g} ms ({t['verdict']}): "
+           + (f"{cause}: the decomposition's {top} mean explains {share[top]:.0%} of it" if cause else
+              f"no component explains {CAUSE_SHARE:.0%} of it") + f" ({parts_s})")
+    return {"metric": "ttft", "stat": "mean", "verdict": t["verdict"], "diff_ms": t["diff"],
+            "components_ms": d, "shares": share, "cause": cause, "component": top if cause else None,
+            "min_share": CAUSE_SHARE, "why": why}
+
+
 def invalid_input(side: str, path: str, manifest: Manifest | dict[str, Any],
                   rate_per_s: float | None = None) -> dict | None:
     """None for a run that completed (manifest status `complete`, the summary's `valid`); else what the
@@ -421,6 +449,7 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
         floor = noise_floor(ra, rb)
         out["noise_floor"] = floor
         out["metrics"] = compare_runs(ra, rb, resamples, seed, min_effect)
+        out["ttft_cause"] = ttft_cause(out["metrics"])
         checked = [out["metrics"]]
     else:
         sa, pa = _sweep_points(a)
@@ -445,8 +474,9 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
             for d in same_work(ra.work, rb.work):
                 if d not in diffs and d["field"] not in ("rate", "requests"):
                     diffs.append(d)
-            out["points"].append({"rate_per_s": r, "noise_floor": noise_floor(ra, rb),
-                                  "metrics": compare_runs(ra, rb, resamples, seed, min_effect)})
+            ms = compare_runs(ra, rb, resamples, seed, min_effect)
+            out["points"].append({"rate_per_s": r, "noise_floor": noise_floor(ra, rb), "metrics": ms,
+                                  "ttft_cause": ttft_cause(ms)})
         out["curves"] = {"knee_per_s": {"a": sa["knee"]["rate_per_s"], "b": sb["knee"]["rate_per_s"]},
                          "max_goodput_per_s": {"a": (sa.get("max_goodput") or {}).get("rate_per_s"),
                                                "b": (sb.get("max_goodput") or {}).get("rate_per_s")}}
@@ -526,7 +556,7 @@ def to_text(result: dict) -> str:
                          + (f" ({d['why']})" if d.get("why") else ""))
         if c["kind"] == "run":
             lines += _variance_line(c) + [_floor_line(c["noise_floor"])]
-            lines += _table(c["metrics"])
+            lines += _table(c["metrics"]) + _cause_line(c.get("ttft_cause"))
         else:
             cv = c["curves"]
             lines.append(f"knee        A {_show(cv['knee_per_s']['a'])}/s  B {_show(cv['knee_per_s']['b'])}/s")
@@ -535,7 +565,7 @@ def to_text(result: dict) -> str:
             for p in c["points"]:
                 keep = [m for m in p["metrics"] if (m["metric"], m["stat"]) in SWEEP_ROWS]
                 lines += ["", f"at {p['rate_per_s']:g}/s"] + _variance_line(p)
-                lines += [_floor_line(p["noise_floor"])] + _table(keep)
+                lines += [_floor_line(p["noise_floor"])] + _table(keep) + _cause_line(p.get("ttft_cause"))
         for r in c["fail_if"]:
             state = "not evaluated" if r["held"] is None else "HELD" if r["held"] else "not held"
             lines.append(f"fail-if {r['rule']!r}: {state} ({r.get('not_evaluated') or _change(r['value'], r['rule'])})")
@@ -555,6 +585,10 @@ def to_text(result: dict) -> str:
 def _variance_line(c: dict) -> list[str]:
     """A comparison (or sweep point) with a repeated input: which variance judged it (compare_repeated)."""
     return [f"variance: {c['variance']}"] if c.get("variance") else []
+
+
+def _cause_line(cause: dict | None) -> list[str]:
+    return [f"cause of the TTFT change: {cause['why']}"] if cause else []
 
 
 def _floor_line(floor: dict) -> str:

@@ -308,6 +308,9 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
             if read_runs:
                 body.append(_overlaid_cdfs(c, i))
         body.append(table_html(metrics_table(c, i), d))
+        if c.get("ttft_cause"):   # compare.ttft_cause: what moved TTFT, from the decomposition
+            body.append(f'<p class="note">Cause of the TTFT change: <span data-s="comparisons.{i}.ttft_cause.why">'
+                        f'{escape(c["ttft_cause"]["why"])}</span></p>')
         rules = c.get("fail_if") or []
         if rules:
             state = {None: "not evaluated", True: "HELD", False: "not held"}
@@ -328,6 +331,8 @@ def compare_md(d: dict) -> str:
         if c.get("variance"):
             lines += [f"variance: {c['variance']}", ""]
         lines += table_md(metrics_table(c, i), d)
+        if c.get("ttft_cause"):
+            lines += ["", f"Cause of the TTFT change: {c['ttft_cause']['why']}"]
     return "\n".join(lines).rstrip() + "\n"
 
 
