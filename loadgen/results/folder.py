@@ -44,7 +44,7 @@ SCHEMA_VERSION = 1
 PARTS = "_parts"
 RESERVE = ".reserve"              # under _parts/: freed on a write failure, for the final manifest
 RESERVE_BYTES = 64 * 1024         # a manifest is ~10 KB; a --workers one grows ~1 KB per worker
-# the files a results folder owns (docs/results.md): no other command may write over them (owned_file)
+# the files a results folder owns (docs/results.md): no other command may write over them (owned_by)
 OWN_FILES = ("manifest.json", "requests.parquet", "tokens.parquet", "calibration.json",
              "server_metrics.parquet", "sim_truth.parquet", "summary.json", "decomposition.parquet")
 
@@ -236,17 +236,20 @@ def is_run_folder(path: Path) -> bool:
     return (path / "manifest.json").is_file() or (path / PARTS).is_dir()
 
 
-def owned_file(path: str | Path) -> bool:
-    """Is `path` one of a results folder's own files (OWN_FILES, *.hlog, a worker's requests.N.parquet,
-    anything under _parts/)? Those are written by `run` and `report` only."""
+def owned_by(path: str | Path) -> Path | None:
+    """The results folder whose own file `path` is (OWN_FILES, *.hlog, a worker's requests.N.parquet,
+    anything under _parts/), None when it is no such file. Those are written by `run` and `report` only."""
     p = Path(path).absolute()
-    if PARTS in p.parts[:-1] and is_run_folder(p.parents[p.parts[::-1].index(PARTS)]):
-        return True
+    if PARTS in p.parts[:-1]:
+        run = p.parents[p.parts[::-1].index(PARTS)]
+        if is_run_folder(run):
+            return run
     if not is_run_folder(p.parent):
-        return False
+        return None
     name = p.name
-    return (name in OWN_FILES or name.endswith(".hlog") or (name.startswith(("requests.", "tokens.", "manifest."))
-                                                           and name.endswith((".parquet", ".json"))))
+    own = (name in OWN_FILES or name.endswith(".hlog") or (name.startswith(("requests.", "tokens.", "manifest."))
+                                                          and name.endswith((".parquet", ".json"))))
+    return p.parent if own else None
 
 
 def write_bytes_durably(path: Path, data: bytes) -> None:
