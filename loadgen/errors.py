@@ -98,7 +98,15 @@ class StorageError(ResultsError):
     def __init__(self, path: str, err: OSError):
         name = errno_name(err.errno)
         super().__init__(f"{path}: cannot write: {err.strerror or err}" + (f" ({name})" if name else ""))
-        self.path, self.errno, self.errno_name = path, err.errno, name
+        self.path, self.errno, self.errno_name, self.strerror = path, err.errno, name, err.strerror or str(err)
+
+    def record(self) -> dict:
+        """As JSON (a worker's process record); from_record() makes it again."""
+        return {"path": self.path, "errno": self.errno, "strerror": self.strerror}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "StorageError":
+        return cls(record["path"], OSError(record["errno"], record["strerror"]))
 
 
 def errno_name(code: int | None) -> str:

@@ -155,8 +155,8 @@ def write_error(writer: RunWriter, requests: pl.DataFrame) -> tuple[list[str], d
     if e is None:
         return [], None
     saved = saved_rows(writer)
-    reason = (f"the results could not be saved: {e}; the run stopped; {saved} of {requests.height} planned "
-              f"requests have a saved row (the rest are lost)")
+    reason = (f"the results could not be saved: {e}; {saved} of {requests.height} planned requests have a "
+              f"saved row (the rest are lost)")
     return [reason], {"path": e.path, "errno": e.errno, "error": e.errno_name, "message": str(e),
                       "rows_saved": saved}
 

@@ -104,11 +104,13 @@ class Measured:
     progress_line: str = ""           # the last progress line (the ending adds the status)
     calibration_failed: str | None = None   # why this process's calibration could not run
     prefix_cache: dict | None = None  # prefix_cache.delta over the run (the first process only)
+    write_error: dict | None = None   # StorageError.record() of the write that stopped the run
 
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
         return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
-                "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache}
+                "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache,
+                "write_error": self.write_error}
 
 
 def t0_section(t0_ns: int, unix_ns: int) -> dict:
@@ -203,7 +205,8 @@ async def measure(job: Job) -> Measured:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
                                       "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
     return Measured(status, started, requests, generator, scrape,
-                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache)
+                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache,
+                    writer.failure.record() if writer.failure else None)
 
 
 async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):

@@ -1,7 +1,8 @@
-"""Issue 25 item 1: a full disk. The results folder on a real 2 MB tmpfs, nearly full: `loadgen run`
-stops at the first failed write with exit 5 (ExitCode.STORAGE) and one message naming the file and
-ENOSPC, no traceback; the parts flushed before stay, `report` reads them and says the rest is missing
-because the disk was full (not "killed"). Needs root (mount); skipped only where mount is refused."""
+"""Issue 25 item 1: a full disk, one process and --workers 2. The results folder on a real 2 MB tmpfs,
+nearly full: `loadgen run` stops at the first failed write with exit 5 (ExitCode.STORAGE) and one
+message naming the file and ENOSPC, no traceback; the parts flushed before stay, `report` reads them
+and says the rest is missing because the disk was full (not "killed"). Needs root (mount); skipped
+only where mount is refused."""
 import os
 import subprocess
 
@@ -34,12 +35,13 @@ def nearly_full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_full_disk_stops_the_run_keeps_what_was_flushed_and_report_says_why(tmp_path, fixed_sim,
-                                                                             nearly_full_disk):
+                                                                             nearly_full_disk, workers):
     out = nearly_full_disk / "run"
     planned = 300
     run = loadgen("run", workload(tmp_path, rate="50/s", requests=planned, max_tokens=100), "--url", fixed_sim.url,
-                  "--out", str(out), "--no-calibrate", "--quiet", timeout=180)
+                  "--out", str(out), "--no-calibrate", "--quiet", "--workers", workers, timeout=180)
     assert run.returncode == ExitCode.STORAGE, run.stderr
     assert "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if "No space left on device (ENOSPC)" in line]
