@@ -130,3 +130,40 @@ def test_without_the_reserve_a_full_disk_before_the_run_is_one_error(tmp_path, m
     with pytest.raises(StorageError, match="ENOSPC"):
         writer.prepare()
     assert not writer.path.exists()  # nothing left behind: the run did not start
+
+
+class _FullFile:
+    """A journal file on a disk that filled after `room` bytes (a real file handle underneath)."""
+
+    def __init__(self, fh, room: int):
+        self.fh, self.room = fh, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.fh.write(data)
+
+    def flush(self):
+        self.fh.flush()
+
+    def close(self):
+        self.fh.close()
+
+
+def test_the_simulators_truth_stops_at_a_full_disk_with_one_line_and_keeps_its_rows(tmp_path, capsys):
+    from loadgen.sim.truth import TruthWriter, journal_path, read_truth
+    from tests.unit.test_sim_truth import row
+
+    path = tmp_path / "truth.parquet"
+    w = TruthWriter(path)
+    first = row(10, 1, 2, [3], "a")
+    w._fh = _FullFile(w._fh, len(orjson.dumps(first)) + 1)  # room for the first row only
+    for r in (first, row(20, 1, 2, [3], "b"), row(30, 1, 2, [3], "c")):
+        w.add(r)  # never raises: the simulator goes on serving
+    w.close()
+    err = capsys.readouterr().err
+    assert err.count("cannot write") == 1 and str(path) in err and "No space left on device" in err
+    # what was written stays readable (the parquet file, as room is left for it here)
+    assert [r["request_id"] for r in read_truth(path)] == ["a"] and not journal_path(path).exists()
+    assert leftovers(tmp_path) == []
