@@ -42,6 +42,7 @@ from loadgen.client.recorder import TIME_FIELDS, Row
 
 SCHEMA_VERSION = 1
 PARTS = "_parts"
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # a full or read-only disk, not a bad --out
 RESERVE = ".reserve"              # under _parts/: freed on a write failure, for the final manifest
 RESERVE_BYTES = 64 * 1024         # a manifest is ~10 KB; a --workers one grows ~1 KB per worker
 # the files a results folder owns (docs/results.md): no other command may write over them (owned_by)
@@ -347,6 +348,8 @@ class RunWriter:
             (p / PARTS).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             self.abandon()
+            if e.errno in STORAGE_ERRNOS:  # the disk, not the flag: exit 5 as for any failed write
+                raise StorageError(str(p), e) from None
             raise ResultsError(f"--out {p}: cannot create the results folder: {e.strerror or e}") from None
         try:
             self._reserve()

@@ -64,3 +64,22 @@ def test_a_full_disk_stops_the_run_keeps_what_was_flushed_and_report_says_why(tm
     assert not s["valid"]
     reasons = " ".join(s["invalid_reasons"])
     assert "could not be saved" in reasons and "ENOSPC" in reasons and "killed" not in reasons
+
+
+def test_a_read_only_file_system_is_one_error_before_anything_is_sent(tmp_path, fixed_sim):
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(disk)], capture_output=True,
+                       text=True)
+    if m.returncode != 0:
+        pytest.skip(f"mount refused: {m.stderr.strip()}")
+    try:
+        run = loadgen("run", workload(tmp_path, requests=5), "--url", fixed_sim.url, "--out", str(disk / "run"),
+                      "--no-calibrate", "--quiet")
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+    assert run.returncode == ExitCode.STORAGE, run.stderr
+    assert "Traceback" not in run.stderr
+    assert f"error: {disk / 'run'}: cannot write: Read-only file system (EROFS)" in run.stderr
