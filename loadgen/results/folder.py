@@ -253,10 +253,11 @@ def owned_by(path: str | Path) -> Path | None:
     return p.parent if own else None
 
 
-def write_bytes_durably(path: Path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all: a temporary name, fsync, rename, fsync of the folder.
-    Any OSError (ENOSPC, EDQUOT, EROFS, EACCES...) is a StorageError naming `path`; the temporary file
-    is removed."""
+def write_bytes_durably(path: Path, data: bytes, sync: bool = True) -> None:
+    """Write `data` to `path` whole or not at all: a temporary name, fsync, rename, fsync of the folder
+    (sync=False: no fsync, still whole or not at all; for a write just before t0, which a slow disk's
+    fsync must not delay). Any OSError (ENOSPC, EDQUOT, EROFS, EACCES...) is a StorageError naming
+    `path`; the temporary file is removed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
@@ -265,11 +266,13 @@ def write_bytes_durably(path: Path, data: bytes) -> None:
             view = memoryview(data)
             while view:  # os.write may write less than asked (a signal, a nearly full disk)
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if sync:
+            _fsync_dir(path.parent)
     except OSError as e:
         try:
             tmp.unlink(missing_ok=True)
@@ -287,8 +290,9 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    write_bytes_durably(Path(path), orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+def write_json(path: Path, obj: Mapping[str, Any], sync: bool = True) -> None:
+    write_bytes_durably(Path(path), orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
+                        sync)
 
 
 def parquet_bytes(df: pl.DataFrame) -> bytes:
@@ -397,15 +401,17 @@ class RunWriter:
             self._previous = None
 
     def manifest(self, manifest: Manifest) -> None:
-        """Write manifest.json. Should that fail, the reserve is freed and it is tried once more."""
+        """Write manifest.json. Should that fail, the reserve is freed and it is tried once more. The
+        `running` one (at t0) is not fsynced: a slow disk must not make the first requests late."""
+        sync = manifest.get("status") != "running"
         try:
-            write_json(self.path / "manifest.json", manifest)
+            write_json(self.path / "manifest.json", manifest, sync)
         except StorageError as e:
             had_reserve = (self.path / PARTS / RESERVE).exists()
             self.fail(e)
             if not had_reserve:
                 raise
-            write_json(self.path / "manifest.json", manifest)
+            write_json(self.path / "manifest.json", manifest, sync)
         if not getattr(self, "_started", True):  # the first manifest: the new run has started
             self._started = True
             if self._previous is not None:
