@@ -9,6 +9,7 @@ to a request (refused, reset, timed out, malformed) is data, recorded in its row
     │   └── DatasetError         ShareGPT-style datasets (datasets.py)
     ├── TokenizerError           a tokenizer that was asked for cannot be used (prompts.py)
     ├── ResultsError             a results folder that cannot be read (results/folder.py)
+    │   └── StorageError         a file that cannot be written (disk full, quota, read-only): exit 5
     ├── SimStartError            the built-in simulator did not start (sim/process.py)
     └── TransportError           one request's connection failed: caught by the runner, becomes the
                                  row's error_kind (`kind`) and error_detail, never reaches the user
@@ -27,6 +28,7 @@ class ExitCode(IntEnum):
     INVALID = 3          # run: the run's numbers do not describe the asked workload; compare --fail-if:
                          # an input is such a run, so the rules were not evaluated
     FAIL_IF = 4          # compare: a --fail-if rule held
+    STORAGE = 5          # a file could not be written (StorageError: ENOSPC, EDQUOT, EROFS, ...)
     INTERRUPTED = 130    # SIGINT/SIGTERM: 128 + SIGINT, also for SIGTERM (the run stops cleanly)
 
 
@@ -42,6 +44,10 @@ EXIT_MEANINGS = {
                       "the report; `compare --fail-if`: an input run is invalid or interrupted, so the rules "
                       "were not evaluated (`--allow-invalid` evaluates them)",
     ExitCode.FAIL_IF: "`compare`: a `--fail-if` rule held",
+    ExitCode.STORAGE: "a file could not be written (the disk is full, a quota is reached, the file system is "
+                      "read-only): one message names the file and the error; a run stops at once and its "
+                      "folder keeps every part saved so far, readable by `report`, which says why the rest "
+                      "is missing",
     ExitCode.INTERRUPTED: "interrupted (SIGINT/Ctrl-C or SIGTERM): the results folder is still complete and "
                           "readable; a sweep keeps its finished points",
 }
@@ -84,6 +90,30 @@ class TokenizerError(LoadgenError):
 
 class ResultsError(LoadgenError):
     pass
+
+
+class StorageError(ResultsError):
+    """A file could not be written. errno: the OSError's (ENOSPC, EDQUOT, EROFS, EACCES, ...); path: the
+    file; the message names both."""
+    def __init__(self, path: str, err: OSError):
+        name = errno_name(err.errno)
+        super().__init__(f"{path}: cannot write: {err.strerror or err}" + (f" ({name})" if name else ""))
+        self.path, self.errno, self.errno_name, self.strerror = path, err.errno, name, err.strerror or str(err)
+
+    def record(self) -> dict:
+        """As JSON (a worker's process record); from_record() makes it again."""
+        return {"path": self.path, "errno": self.errno, "strerror": self.strerror}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "StorageError":
+        return cls(record["path"], OSError(record["errno"], record["strerror"]))
+
+
+def errno_name(code: int | None) -> str:
+    """ENOSPC for 28; '' for None or an unknown number."""
+    import errno
+
+    return errno.errorcode.get(code, "") if code is not None else ""
 
 
 class SimStartError(LoadgenError):

@@ -3,8 +3,9 @@ flushed parts and a manifest whose status is still `running`.
 
 `lost(run)` is None for a run that finished; otherwise it says what was planned and what was found:
 {"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
-s from t0), "alive" (the run's process still exists on this host: the run is still going)} and
-`reason` puts it in one sentence for the report's invalid reasons.
+s from t0), "alive" (the run's process still exists on this host: the run is still going), "write_error"
+(manifest.write_error: a run stopped because its results could not be written, e.g. a full disk; else
+None)} and `reason` puts it in one sentence for the report's invalid reasons.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import polars as pl
 from loadgen import metrics
 from loadgen.results.folder import Manifest, Run
 
-FINISHED = ("complete", "invalid", "interrupted")
+FINISHED = ("complete", "invalid", "interrupted")   # write_failed is not: its rows may be missing
 
 
 def _alive(manifest: Manifest) -> bool:
@@ -40,12 +41,15 @@ def lost(run: Run) -> dict | None:
     done = run.requests["done_ns"].drop_nulls() if "done_ns" in run.requests.columns else pl.Series([])
     return {"status": m.get("status"), "planned": planned, "found": found,
             "missing": planned - found if planned is not None else None,
-            "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None, "alive": _alive(m)}
+            "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None,
+            "alive": _alive(m) and m.get("status") == "running", "write_error": m.get("write_error")}
 
 
 def reason(info: dict) -> str:
-    how = "is still running" if info["alive"] else \
-        "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)"
+    failed = info.get("write_error")
+    how = ("is still running" if info["alive"] else
+           f"stopped because its results could not be written ({failed.get('message')})" if failed else
+           "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)")
     last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
     return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
             f"({info['missing']} missing); last request recorded at {last} from t0")

@@ -52,6 +52,9 @@ def _rate(times: pl.Series) -> float | None:
 
 
 def _status_reason(status: str | None, missing: dict | None = None) -> list[str]:
+    # write_failed: the manifest's own reason says why and how many rows were saved (ending.write_error)
+    if status == "write_failed":
+        return []
     if missing is not None and status not in ("complete", "invalid", "interrupted"):
         return [completeness.reason(missing)]
     return [] if status in ("complete", "invalid") else [f"run status is {status!r}"]

@@ -1,8 +1,10 @@
 """What the subcommands share: the workload's config from a file and flags (run, schedule, sweep), the
---slo flag, the help epilog. Light imports only: `loadgen --help` must start fast."""
+--slo flag, the help epilog, and the one rule of where a command may write its --out file (out_file,
+write_out: report, export, schedule, compare). Light imports only: `loadgen --help` must start fast."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from loadgen.config.options import values
 from loadgen.errors import ConfigError, exit_table
@@ -63,3 +65,43 @@ def slo(args: argparse.Namespace) -> dict[str, float] | None:
         return parse_slo(args.slo)
     except ValueError as e:
         raise ConfigError([f"--slo: {e}"]) from None
+
+
+OVERWRITE_HELP = "replace an existing --out file (never a results folder's own files)"
+
+
+def add_out(parser: argparse.ArgumentParser, help_text: str, metavar: str = "FILE") -> None:
+    """--out FILE and --overwrite, as every command that writes one file has them (out_file's rule)."""
+    parser.add_argument("--out", metavar=metavar, help=help_text)
+    parser.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
+
+
+def out_file(args: argparse.Namespace, flag: str = "--out") -> Path | None:
+    """Where this command may write its output: None for stdout; else the file. A ConfigError (exit 2)
+    naming the file and the flag when it is a results folder's own file (results/folder.owned_by:
+    manifest.json, requests.parquet, *.hlog, _parts/..., whatever --overwrite says), a folder, under a
+    missing folder, or an existing file without --overwrite. Checked before anything is computed."""
+    if not args.out:
+        return None
+    from loadgen.results.folder import owned_by  # lazy: polars (a fast start)
+
+    p = Path(args.out)
+    run = owned_by(p.resolve())  # resolved: a link to a run's file is that file
+    if run is not None:
+        raise ConfigError([f"{flag} {args.out}: is a file of the results folder {run} (written only by `loadgen "
+                           f"run` and `loadgen report`); --overwrite does not replace it: choose another file"])
+    if p.is_dir():
+        raise ConfigError([f"{flag} {args.out}: is a folder; name a file"])
+    if not p.resolve().parent.is_dir():
+        raise ConfigError([f"{flag} {args.out}: no folder {p.parent}"])
+    if p.exists() and not getattr(args, "overwrite", False):
+        raise ConfigError([f"{flag} {args.out}: exists; pass --overwrite to replace it, or choose another file"])
+    return p
+
+
+def write_out(path: Path, data: bytes) -> None:
+    """Write the output file whole or not at all (a temporary name, then a rename); a failed write is a
+    StorageError (exit 5) naming the file."""
+    from loadgen.results.folder import write_bytes_durably  # lazy: polars (a fast start)
+
+    write_bytes_durably(path, data)

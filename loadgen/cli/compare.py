@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from loadgen.cli.common import RAW, SLO_HELP, slo
+from loadgen.cli.common import RAW, SLO_HELP, add_out, out_file, slo, write_out
 from loadgen.errors import ExitCode
 
 COMPARE_EXAMPLES = """\
@@ -24,7 +23,7 @@ def add_parser(sub) -> None:
                          epilog=COMPARE_EXAMPLES, formatter_class=RAW)
     cmp.add_argument("inputs", nargs="+", metavar="RUN_OR_SWEEP", help="results folders or sweep folders (2+)")
     cmp.add_argument("--format", choices=("text", "json"), default="text")
-    cmp.add_argument("--out", help="write the comparison to this file instead of stdout")
+    add_out(cmp, "write the comparison to this file instead of stdout")
     cmp.add_argument("--fail-if", action="append", default=[], metavar="RULE",
                      help=f"e.g. 'p99 ttft > +10%%' or 'throughput < -5%%' or 'p50 itl > +2ms'; exit "
                           f"{ExitCode.FAIL_IF.value} when a rule holds, {ExitCode.INVALID.value} when an input is "
@@ -59,6 +58,7 @@ def compare_cli(args, slo_ms) -> int:
     from loadgen.cli.sweep_args import ArgError, fraction
     from loadgen.results.folder import ResultsError
 
+    out = out_file(args)  # before the bootstrap: never over a run's own files
     try:
         resamples, seed = int(args.resamples), int(args.seed)
     except ValueError:
@@ -73,8 +73,8 @@ def compare_cli(args, slo_ms) -> int:
         raise CompareError(str(e)) from None
     text = (orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode() + "\n"
             if args.format == "json" else to_text(result))
-    if args.out:
-        Path(args.out).write_text(text)
+    if out:
+        write_out(out, text.encode())
     else:
         sys.stdout.write(text)
     for c in result["comparisons"]:

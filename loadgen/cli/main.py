@@ -13,7 +13,7 @@ import sys
 from loadgen import __version__
 from loadgen.cli import compare, export, report, run, schedule, sim, sweep, twin, workloads
 from loadgen.cli.common import EXAMPLES, RAW
-from loadgen.errors import ExitCode, InputError, LoadgenError, exit_table
+from loadgen.errors import ExitCode, InputError, LoadgenError, StorageError, exit_table
 
 COMMANDS = {"run": run.command, "report": report.command, "schedule": schedule.command,
             "export": export.command, "sweep": sweep.command, "compare": compare.command,
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:  # each carries every problem found
         print("invalid input:", *(f"  {p}" for p in e.problems), sep="\n", file=sys.stderr)
         return ExitCode.USAGE
+    except StorageError as e:  # a file that could not be written: its own code (a run stops at once)
+        print(f"error: {e}", file=sys.stderr)
+        return ExitCode.STORAGE
     except LoadgenError as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE

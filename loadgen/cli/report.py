@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from loadgen.cli.common import EXAMPLES, RAW, SLO_HELP, slo
+from loadgen.cli.common import EXAMPLES, RAW, SLO_HELP, add_out, out_file, slo, write_out
 from loadgen.errors import ExitCode
 
 
@@ -14,7 +13,7 @@ def add_parser(sub) -> None:
     rep.add_argument("run_dir")
     rep.add_argument("--format", choices=("text", "json", "html", "md"), default="text",
                      help="html: one self-contained file with plots (docs/html-report.md); md: for issues and PRs")
-    rep.add_argument("--out", help="write the report to this file instead of stdout")
+    add_out(rep, "write the report to this file instead of stdout")
     rep.add_argument("--device", help="device name for the roofline (see loadgen/data/devices.json), e.g. h100-sxm")
     rep.add_argument("--bandwidth", help="memory bandwidth instead of --device, e.g. 3350GB/s")
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
@@ -30,12 +29,13 @@ def command(args: argparse.Namespace) -> int:
     from loadgen.config.units import parse_duration_ns
     from loadgen.report import to_json, to_text
 
+    out = out_file(args)  # before anything is computed: never over the run's own files
     if args.format in ("html", "md"):  # a sweep's or a comparison's page
         from loadgen.report.pages import render_sweep_or_compare
 
         page = render_sweep_or_compare(args.run_dir, args.format)
         if page is not None:
-            Path(args.out).write_text(page) if args.out else sys.stdout.write(page)
+            write_out(out, page.encode()) if out else sys.stdout.write(page)
             return ExitCode.OK
     if bool(args.device or args.bandwidth) != bool(args.model_config):
         print("error: the roofline needs --model-config and one of --device / --bandwidth", file=sys.stderr)
@@ -59,8 +59,8 @@ def command(args: argparse.Namespace) -> int:
         from loadgen.report.pages import render_run_page
 
         text = render_run_page(args.format, summary, run, decomposition)
-    if args.out:
-        Path(args.out).write_text(text)
+    if out:
+        write_out(out, text.encode())
     else:
         sys.stdout.write(text)
     return ExitCode.OK

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
+from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, add_out, out_file, workload_config, write_out
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
 
@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
                          epilog=EXAMPLES, formatter_class=RAW)
     sch.add_argument("workload", nargs="?", help=WORKLOAD_HELP)
     add_options(sch, "schedule")
-    sch.add_argument("--out", help="write the plan to FILE.jsonl or FILE.parquet instead of stdout")
+    add_out(sch, "write the plan to FILE.jsonl or FILE.parquet instead of stdout")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -26,24 +26,25 @@ def command(args: argparse.Namespace) -> int:
     from loadgen.plan.limits import check_schedule
     from loadgen.plan.schedule import build, plan_records
 
+    if args.out and Path(args.out).suffix not in (".jsonl", ".parquet"):
+        print(f"--out: {args.out}: must end in .jsonl or .parquet", file=sys.stderr)
+        return ExitCode.USAGE
+    out = out_file(args)  # before the plan is built: never over a run's own files
     schedule = build(workload_config(args)[0])
     check_schedule(schedule.prompt_tokens, schedule.max_tokens)
     records = plan_records(schedule)
-    if args.out:
-        out = Path(args.out)
+    if out:
         if out.suffix == ".parquet":
             import polars as pl
 
-            pl.DataFrame(records, schema={"request_id": pl.String, "intended_ns": pl.Int64,
-                                          "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
-                                          "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,
-                                          "after": pl.Int64, "think_ns": pl.Int64,
-                                          "warmup": pl.Boolean}).write_parquet(out)
-        elif out.suffix == ".jsonl":
-            out.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+            from loadgen.results.folder import parquet_bytes
+
+            write_out(out, parquet_bytes(pl.DataFrame(records, schema={
+                "request_id": pl.String, "intended_ns": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
+                "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64, "after": pl.Int64,
+                "think_ns": pl.Int64, "warmup": pl.Boolean})))
         else:
-            print(f"--out: {out}: must end in .jsonl or .parquet", file=sys.stderr)
-            return ExitCode.USAGE
+            write_out(out, b"".join(orjson.dumps(r) + b"\n" for r in records))
         print(out)
         return ExitCode.OK
     w = sys.stdout.buffer

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from loadgen import metrics
-from loadgen.results.folder import ResultsError, read_run
+from loadgen.results.folder import ResultsError, read_run, write_bytes_durably
 
 FORMATS = ("csv", "jsonl")
 _LATENCY = ("send_lag", "connect", "ttft", "ttft_from_send", "e2e", "tpot")
@@ -24,13 +24,19 @@ def export_frame(run_dir: str | Path) -> pl.DataFrame:
 
 
 def export(run_dir: str | Path, fmt: str, out: str | None = None) -> int:
+    """Write the rows to `out` (whole or not at all: a StorageError naming it), or to stdout; returns
+    how many. Whether `out` may be written is the caller's rule (cli/common.out_file)."""
     df = export_frame(run_dir)
-    target = sys.stdout.buffer if out is None else out
+    if out is not None:
+        write_bytes_durably(Path(out), (df.write_csv() if fmt == "csv" else df.write_ndjson()).encode())
+        return df.height
     try:
         if fmt == "csv":
-            df.write_csv(target)
+            df.write_csv(sys.stdout.buffer)
         else:
-            df.write_ndjson(target)
+            df.write_ndjson(sys.stdout.buffer)
     except OSError as e:
-        raise ResultsError(f"--out {out}: cannot write: {e.strerror or e}") from None
+        if isinstance(e, BrokenPipeError):
+            raise
+        raise ResultsError(f"stdout: cannot write: {e.strerror or e}") from None
     return df.height

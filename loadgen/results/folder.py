@@ -13,14 +13,21 @@ _parts/ while it goes and its driver merges them at the end (merge.py); manifest
 the per-worker detail. Folders of older --workers runs (requests.<w>.parquet, tokens.<w>.parquet,
 <metric>.<w>.hlog beside manifest.json) are still read as one run.
 
-Every file is written to a temporary name and renamed, so a reader never sees half a file.
+Every file is written to a temporary name, synced, and renamed (and its folder synced), so a reader
+never sees half a file and a crash, a power cut or `kill -9` keeps every file already written (a run
+loses at most its last flush interval). A write that fails (disk full, quota, read-only) raises
+StorageError naming the file and the error, and leaves no temporary file behind. RunWriter keeps a small
+reserve file in _parts/ from the start: on such a failure it is deleted, so that the final manifest
+(status `write_failed`, the error in `write_error`) still fits on a full disk.
 """
 from __future__ import annotations
 
+import errno
+import io
 import os
 import shutil
 from dataclasses import dataclass
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypedDict
@@ -30,10 +37,17 @@ import orjson
 import polars as pl
 
 from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
+from loadgen.errors import StorageError
 from loadgen.client.recorder import TIME_FIELDS, Row
 
 SCHEMA_VERSION = 1
 PARTS = "_parts"
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)   # a full or read-only disk, not a bad --out
+RESERVE = ".reserve"              # under _parts/: freed on a write failure, for the final manifest
+RESERVE_BYTES = 64 * 1024         # a manifest is ~10 KB; a --workers one grows ~1 KB per worker
+# the files a results folder owns (docs/results.md): no other command may write over them (owned_by)
+OWN_FILES = ("manifest.json", "requests.parquet", "tokens.parquet", "calibration.json",
+             "server_metrics.parquet", "sim_truth.parquet", "summary.json", "decomposition.parquet")
 
 REQUEST_SCHEMA = {
     "request_id": pl.String, "idx": pl.Int64, "worker": pl.Int32, "warmup": pl.Boolean,
@@ -54,7 +68,7 @@ class _ManifestRequired(TypedDict):
     # the keys every manifest.json holds (Manifest lists the others)
     schema_version: int
     run_id: str
-    status: str                         # running | complete | invalid | interrupted
+    status: str                         # running | complete | invalid | interrupted | write_failed
     invalid_reasons: list[str]
     config: Json                        # config.RunConfig.to_manifest(): no secrets
     t0: Json                            # monotonic_ns, unix_ns, iso
@@ -82,6 +96,7 @@ class Manifest(_ManifestRequired, total=False):
     generator: Json         # the self-check (run/selfcheck.py), end of run
     finished: Json          # monotonic_ns, unix_ns at the end of the run
     workers: list[Json]     # --workers: one entry per worker (run/workers.py)
+    write_error: Json       # status write_failed: path, errno, error (ENOSPC...), message, rows_saved
     ray: Json               # --ray: address, start_unix_ns, nodes, max_skew_ms, skew_limit_ms
     worker: int             # a worker's own manifest (under _parts/ while the run goes): its index
     pid: int                # a worker's own manifest: its process id
@@ -217,30 +232,96 @@ def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
                         schema=TOKEN_SCHEMA)
 
 
-def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+def is_run_folder(path: Path) -> bool:
+    """Does this folder hold a loadgen run (its manifest, or the parts of one that was killed)?"""
+    return (path / "manifest.json").is_file() or (path / PARTS).is_dir()
+
+
+def owned_by(path: str | Path) -> Path | None:
+    """The results folder whose own file `path` is (OWN_FILES, *.hlog, a worker's requests.N.parquet,
+    anything under _parts/), None when it is no such file. Those are written by `run` and `report` only."""
+    p = Path(path).absolute()
+    if PARTS in p.parts[:-1]:
+        run = p.parents[p.parts[::-1].index(PARTS)]
+        if is_run_folder(run):
+            return run
+    if not is_run_folder(p.parent):
+        return None
+    name = p.name
+    own = (name in OWN_FILES or name.endswith(".hlog") or (name.startswith(("requests.", "tokens.", "manifest."))
+                                                          and name.endswith((".parquet", ".json"))))
+    return p.parent if own else None
+
+
+def write_bytes_durably(path: Path, data: bytes, sync: bool = True) -> None:
+    """Write `data` to `path` whole or not at all: a temporary name, fsync, rename, fsync of the folder
+    (sync=False: no fsync, still whole or not at all; for a write just before t0, which a slow disk's
+    fsync must not delay). Any OSError (ENOSPC, EDQUOT, EROFS, EACCES...) is a StorageError naming
+    `path`; the temporary file is removed."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked (a signal, a nearly full disk)
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if sync:
+            _fsync_dir(path.parent)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise StorageError(str(path), e) from None
 
 
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    _atomic_write(Path(path), lambda p: p.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2
-                                                                   | orjson.OPT_SERIALIZE_NUMPY)))
+def _fsync_dir(folder: Path) -> None:
+    # the rename itself survives a crash only once the folder's entry is on disk
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, obj: Mapping[str, Any], sync: bool = True) -> None:
+    write_bytes_durably(Path(path), orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
+                        sync)
+
+
+def parquet_bytes(df: pl.DataFrame) -> bytes:
+    """The frame as a Parquet file, in memory: the write itself is then ours (write_bytes_durably), and a
+    full disk is an OSError with its errno, not a Polars error about thrift."""
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    return buf.getvalue()
 
 
 def write_parquet(path: Path, df: pl.DataFrame) -> None:
-    _atomic_write(Path(path), lambda p: df.write_parquet(p))
+    write_bytes_durably(Path(path), parquet_bytes(df))
 
 
 class RunWriter:
+    """A run's folder while the run goes. After a write fails (StorageError) `failure` holds the error:
+    nothing more is written but the final manifest (the reserve is freed for it), and the flushed parts
+    stay in _parts/, where read_run() reads them."""
+
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._part = 0
+        self.failure: StorageError | None = None
 
     def prepare(self, overwrite: bool = False) -> None:
         """Create the folder. A non-empty folder is refused unless `overwrite` and it holds a loadgen run;
         that run is set aside (renamed), deleted only once the new run has started (its first manifest),
-        and put back by abandon() if the new run fails before that. Nothing is deleted here."""
+        and put back by abandon() if the new run fails before that. Nothing is deleted here. The folder
+        the command runs in (or one above it) is refused: it cannot be set aside under the user's feet."""
         p = self.path
         self._previous: Path | None = None
         self._created = not p.exists()
@@ -252,10 +333,15 @@ class RunWriter:
                 if not overwrite:
                     raise ResultsError(f"--out {p}: folder is not empty; choose another --out, or pass "
                                        f"--overwrite to replace the run in it (kept until the new run starts)")
-                if not ((p / "manifest.json").exists() or (p / PARTS).is_dir()):
+                if not is_run_folder(p):
                     raise ResultsError(f"--out {p}: folder is not empty and holds no loadgen run; "
                                        f"--overwrite replaces only a results folder; choose another --out")
-                self._previous = p.with_name(f".{p.name}.previous-{os.getpid()}")
+                here = Path.cwd().resolve()
+                if here == p.resolve() or p.resolve() in here.parents:
+                    raise ResultsError(f"--out {p}: is the folder this command runs in (or holds it); "
+                                       f"--overwrite cannot replace it: run from another folder, or choose "
+                                       f"another --out")
+                self._previous = p.resolve().with_name(f".{p.resolve().name}.previous-{os.getpid()}")
                 try:
                     os.replace(p, self._previous)
                 except OSError as e:
@@ -266,7 +352,38 @@ class RunWriter:
             (p / PARTS).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             self.abandon()
+            if e.errno in STORAGE_ERRNOS:  # the disk, not the flag: exit 5 as for any failed write
+                raise StorageError(str(p), e) from None
             raise ResultsError(f"--out {p}: cannot create the results folder: {e.strerror or e}") from None
+        try:
+            self._reserve()
+        except StorageError:
+            self.abandon()
+            raise
+
+    def _reserve(self) -> None:
+        # RESERVE_BYTES really allocated (not a sparse file): freed by fail() for the final manifest
+        reserve = self.path / PARTS / RESERVE
+        try:
+            fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                try:
+                    os.posix_fallocate(fd, 0, RESERVE_BYTES)
+                except OSError as e:
+                    if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                    os.write(fd, bytes(RESERVE_BYTES))
+            finally:
+                os.close(fd)
+        except OSError as e:
+            reserve.unlink(missing_ok=True)
+            raise StorageError(str(reserve), e) from None
+
+    def fail(self, error: StorageError) -> None:
+        """A write failed: keep the first error, free the reserve (the final manifest must fit)."""
+        if self.failure is None:
+            self.failure = error
+        (self.path / PARTS / RESERVE).unlink(missing_ok=True)
 
     def abandon(self) -> None:
         """The run failed before it started: remove what it wrote and put the earlier run back."""
@@ -284,7 +401,17 @@ class RunWriter:
             self._previous = None
 
     def manifest(self, manifest: Manifest) -> None:
-        write_json(self.path / "manifest.json", manifest)
+        """Write manifest.json. Should that fail, the reserve is freed and it is tried once more. The
+        `running` one (at t0) is not fsynced: a slow disk must not make the first requests late."""
+        sync = manifest.get("status") != "running"
+        try:
+            write_json(self.path / "manifest.json", manifest, sync)
+        except StorageError as e:
+            had_reserve = (self.path / PARTS / RESERVE).exists()
+            self.fail(e)
+            if not had_reserve:
+                raise
+            write_json(self.path / "manifest.json", manifest, sync)
         if not getattr(self, "_started", True):  # the first manifest: the new run has started
             self._started = True
             if self._previous is not None:
@@ -300,30 +427,68 @@ class RunWriter:
         """Write rows finished since the last flush as a part (may run in a worker thread). The part is then
         their only copy (Recorder.release drops them: a long run's memory stays flat); finalize() reads
         them back. Should the tokens part fail, the requests part goes too and the error is raised: the
-        rows are then not flushed (finalize counts a row flushed by its requests part)."""
+        rows are then not flushed (finalize counts a row flushed by its requests part). A failed write
+        is a StorageError, kept in `failure` (fail())."""
         if not rows:
             return
         self._part += 1
         requests = self.path / PARTS / f"requests-{name}{self._part:05d}.parquet"
-        write_parquet(requests, requests_frame(rows, t0_ns))
         try:
-            write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", tokens_frame(rows, t0_ns))
-        except BaseException:
-            requests.unlink(missing_ok=True)
+            write_parquet(requests, requests_frame(rows, t0_ns))
+            try:
+                write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet",
+                              tokens_frame(rows, t0_ns))
+            except BaseException:
+                requests.unlink(missing_ok=True)
+                raise
+        except StorageError as e:
+            self.fail(e)
             raise
 
     def finalize(self, rows: list[Row], t0_ns: int) -> pl.DataFrame:
         """Write requests.parquet and tokens.parquet from the flushed parts plus `rows`, the rows no flush()
-        wrote (Recorder.unflushed()). Returns the run's requests frame as written (every row, sorted by
-        idx, times ns from t0): the end-of-run checks read it, not the rows."""
+        wrote (Recorder.unflushed()). Returns the run's requests frame (every row, sorted by idx, times ns
+        from t0): the end-of-run checks read it, not the rows. After a failed write (`failure`, before or
+        here) it writes nothing more: the parts stay in _parts/ as the run's record (read_run reads them),
+        the merged files are removed, and the frame returned holds every row, saved or not."""
+        if self.failure is None and rows:
+            try:  # the last rows as a part first: should the merge not fit, every row is still saved
+                self.flush(rows, t0_ns)
+                rows = []
+            except StorageError:
+                pass
         parts = sorted((self.path / PARTS).glob("requests-[0-9]*.parquet"))
         requests = pl.concat([*(pl.read_parquet(f) for f in parts), requests_frame(rows, t0_ns)]).sort("idx")
-        write_parquet(self.path / "requests.parquet", requests)
-        parts = sorted((self.path / PARTS).glob("tokens-[0-9]*.parquet"))
-        tokens = pl.concat([*(pl.read_parquet(f) for f in parts), tokens_frame(rows, t0_ns)])
-        write_parquet(self.path / "tokens.parquet", tokens)
+        if self.failure is not None:
+            return requests
+        merged = (self.path / "requests.parquet", self.path / "tokens.parquet")
+        try:
+            write_parquet(merged[0], requests)
+            parts = sorted((self.path / PARTS).glob("tokens-[0-9]*.parquet"))
+            write_parquet(merged[1], pl.concat([pl.read_parquet(f) for f in parts]) if parts
+                          else pl.DataFrame(schema=TOKEN_SCHEMA))
+        except StorageError as e:
+            for f in merged:  # read_run prefers requests.parquet to the parts: no half-merged run
+                f.unlink(missing_ok=True)
+            self.fail(e)
+            return requests
         shutil.rmtree(self.path / PARTS, ignore_errors=True)
         return requests
+
+
+def saved_row_count(path: str | Path) -> int:
+    """How many rows a results folder holds on disk: requests.parquet's, else its parts' (unreadable
+    parts count 0: what read_run could not read is not saved)."""
+    p = Path(path)
+    files = [p / "requests.parquet"] if (p / "requests.parquet").is_file() else sorted(
+        (p / PARTS).glob("requests-*.parquet"))
+    n = 0
+    for f in files:
+        try:
+            n += int(pl.scan_parquet(f).select(pl.len()).collect().item())
+        except (pl.exceptions.PolarsError, OSError):
+            pass
+    return n
 
 
 def read_run(path: str | Path) -> Run:

@@ -25,6 +25,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 
+from loadgen.errors import StorageError
 from loadgen.results import hdr
 from loadgen.results.folder import PARTS, REQUEST_SCHEMA, TOKEN_SCHEMA, write_parquet
 
@@ -45,14 +46,25 @@ def share_record(path: str | Path, worker: int) -> dict[str, Any] | None:
 
 def merge_shares(path: str | Path, requests: pl.DataFrame, start_wall_s: float) -> None:
     """Write the one-process files from the shares (requests: share_requests() with any rows the driver
-    adds, e.g. those of a worker that died), then remove _parts/. start_wall_s: the wall clock at t0."""
+    adds, e.g. those of a worker that died), then remove _parts/. start_wall_s: the wall clock at t0.
+    A write that fails (StorageError, raised) removes the merged files written so far: the shares under
+    _parts/ stay the run's record, which read_run and `report` read."""
     p = Path(path)
-    write_parquet(p / "tokens.parquet", _concat(sorted((p / PARTS).glob("tokens-*.parquet")), TOKEN_SCHEMA))
-    for m in hdr.METRICS:
-        logs = sorted((p / PARTS).glob(f"{m}.*.hlog"))
-        if logs:
-            merge_interval_logs(logs, hdr.log_path(p, m), start_wall_s)
-    write_parquet(p / "requests.parquet", requests.sort("idx"))
+    merged = [p / "tokens.parquet", *(hdr.log_path(p, m) for m in hdr.METRICS), p / "requests.parquet"]
+    try:
+        write_parquet(p / "tokens.parquet", _concat(sorted((p / PARTS).glob("tokens-*.parquet")), TOKEN_SCHEMA))
+        for m in hdr.METRICS:
+            logs = sorted((p / PARTS).glob(f"{m}.*.hlog"))
+            if logs:
+                try:
+                    merge_interval_logs(logs, hdr.log_path(p, m), start_wall_s)
+                except OSError as e:
+                    raise StorageError(str(hdr.log_path(p, m)), e) from None
+        write_parquet(p / "requests.parquet", requests.sort("idx"))
+    except StorageError:
+        for f in merged:
+            f.unlink(missing_ok=True)
+        raise
     shutil.rmtree(p / PARTS, ignore_errors=True)
 
 

@@ -36,7 +36,7 @@ from loadgen.config.workload import RunConfig, redact_url
 from loadgen.plan.prompts import usage_check
 from loadgen.plan.schedule import Schedule
 from loadgen.probe.reachability import unreachable_reason
-from loadgen.results.folder import SCHEMA_VERSION, Manifest, RunWriter
+from loadgen.results.folder import SCHEMA_VERSION, Manifest, RunWriter, saved_row_count
 from loadgen.run import selfcheck
 from loadgen.run.outcome import RunOutcome, say, say_lengths
 from loadgen.run.prepare import Target
@@ -59,7 +59,7 @@ class RunFacts:
 
 @dataclass
 class Verdict:
-    status: str                    # complete | invalid | interrupted
+    status: str                    # complete | invalid | interrupted | write_failed
     reasons: list[str]
     generator: dict                # the self-check's figures (selfcheck.check)
 
@@ -141,9 +141,29 @@ def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict 
 
 
 def combined_status(statuses: list[str]) -> str:
-    """The run's status before judging: interrupted when any process was; a process that died is the
-    launcher's reason, not a status."""
-    return "interrupted" if "interrupted" in statuses else "complete"
+    """The run's status before judging: write_failed when a process could not save its results, else
+    interrupted when any process was; a process that died is the launcher's reason, not a status."""
+    for status in ("write_failed", "interrupted"):
+        if status in statuses:
+            return status
+    return "complete"
+
+
+def write_error(writer: RunWriter, requests: pl.DataFrame) -> tuple[list[str], dict | None]:
+    """A run whose results could not all be saved: (its one reason, the manifest's `write_error`)."""
+    e = writer.failure
+    if e is None:
+        return [], None
+    saved = saved_rows(writer)
+    reason = (f"the results could not be saved: {e}; {saved} of {requests.height} planned requests have a "
+              f"saved row (the rest are lost)")
+    return [reason], {"path": e.path, "errno": e.errno, "error": e.errno_name, "message": str(e),
+                      "rows_saved": saved}
+
+
+def saved_rows(writer: RunWriter) -> int:
+    """Rows in the run's saved files: the merged requests.parquet, else its parts under _parts/."""
+    return saved_row_count(writer.path)
 
 
 def combine_generators(verdict: Verdict, records: list[dict]) -> dict:
@@ -204,6 +224,9 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
         lengths["turns_impossible"] = impossible  # named in the usage check's reason
     said = lengths["reason"] if lengths else None  # say_workload said it before the run: judge() may add the usage's
     verdict = judge(facts.config, requests, status, lengths, launcher_reasons, host=worst_host(records))
+    failed_reasons, failed_write = write_error(writer, requests)
+    if failed_write is not None:
+        verdict = Verdict("write_failed", failed_reasons, verdict.generator)
     generator = combine_generators(verdict, records)
     if workers is not None:
         generator["workers"] = len(workers)
@@ -212,7 +235,7 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape, prefix_cache=cache,
                             calibration=calibration_note(facts.config, path, records), generator=generator,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
-                            workers=workers, ray=ray)
+                            workers=workers, ray=ray, write_error=failed_write)
     writer.manifest(manifest)
     if lengths is not None and lengths["reason"] != said:  # once: only news from the server's usage counts
         say_lengths(progress, lengths)

@@ -13,6 +13,11 @@ parts back with the rows not yet flushed, and the end-of-run checks read that fr
 numpy/polars code that mostly releases the GIL; the interpreter's switch interval is lowered for the run
 so that a busy thread cannot hold the dispatcher off for the default 5 ms. Event-loop lateness is probed
 all along (Measured.generator `loop_lateness_ms`).
+
+A write that fails (disk full, quota, read-only: StorageError) stops the run at once, as a signal would:
+nothing more could be saved. The writer keeps the error (RunWriter.failure), nothing more is written
+but the final manifest, and the run's status is `write_failed`: the parts flushed before the error stay
+readable, so at most the last flush interval is lost.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from loadgen.client.recorder import Recorder, Row
 from loadgen.client.runner import Runner
 from loadgen.client.transport import AiohttpTransport
 from loadgen.config.workload import RunConfig, redact_url
+from loadgen.errors import StorageError
 from loadgen.plan.bodies import Bodies
 from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.plan.schedule import Schedule
@@ -98,11 +104,13 @@ class Measured:
     progress_line: str = ""           # the last progress line (the ending adds the status)
     calibration_failed: str | None = None   # why this process's calibration could not run
     prefix_cache: dict | None = None  # prefix_cache.delta over the run (the first process only)
+    write_error: dict | None = None   # StorageError.record() of the write that stopped the run
 
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
         return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
-                "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache}
+                "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache,
+                "write_error": self.write_error}
 
 
 def t0_section(t0_ns: int, unix_ns: int) -> dict:
@@ -159,7 +167,7 @@ async def measure(job: Job) -> Measured:
                             drain_timeout_ns=config.drain_timeout_ns,
                             next_body=shaper.next_turn if shaper is not None else None,
                             next_body_blocks=shaper is not None and shaper.blocking)
-            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns))
+            flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns, stop))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
             cpu0, host0 = os.times(), hostload.sample()
@@ -177,10 +185,14 @@ async def measure(job: Job) -> Measured:
     scrape = await _end_scrape(scraper, scrape_task, writer, progress)
     cache = prefix_cache.delta(cache_before, await prefix_cache.snapshot(url, headers, tls)) if counts else None
     rest = recorder.take_finished()
-    hists.record_interval(rest, clock.now_ns() - t0)
-    histograms = hists.close()
-    # Every row, flushed or not, as written (times ns from t0): what the checks read.
+    saving(writer, lambda: hists.record_interval(rest, clock.now_ns() - t0))
+    saving(writer, hists.close)  # its last lines synced; after a failed write only the totals are needed
+    histograms = hists.summary()
+    # Every row, flushed or not (times ns from t0): what the checks read.
     requests = writer.finalize(recorder.unflushed(), t0)
+    if writer.failure is not None:
+        status = "write_failed"
+        say(progress, f"error: {writer.failure}: the run stopped; the rows saved so far are in {writer.path}")
     # The client's CPU over the run (dispatch, streams, parsing after each stream, histograms, flushes):
     # the cost per streamed chunk is what limits the rate one process can drive.
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
@@ -193,7 +205,8 @@ async def measure(job: Job) -> Measured:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
                                       "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
     return Measured(status, started, requests, generator, scrape,
-                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache)
+                    _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache,
+                    writer.failure.record() if writer.failure else None)
 
 
 async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
@@ -221,7 +234,8 @@ async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     await scraper.final_sample()
-    write_parquet(writer.path / "server_metrics.parquet", scraper.frame())
+    frame = scraper.frame()
+    saving(writer, lambda: write_parquet(writer.path / "server_metrics.parquet", frame))
     if scraper.errors:
         say(progress, f"warning: {scraper.errors} of {scraper.errors + scraper.scrapes} /metrics scrapes "
                       f"failed; last: {scraper.last_error}")
@@ -326,7 +340,25 @@ async def _probe_loop(out: array) -> None:
         probe.close()
 
 
-async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int, now_ns) -> None:
+def saving(writer: RunWriter, write: Callable[[], object]) -> object:
+    """Run one write of the run's files unless one already failed; a failure (any OSError) is kept in the
+    writer (RunWriter.fail) and not raised: the run ends the way of a failed write. Returns what
+    `write` returned, None when it did not run or failed."""
+    if writer.failure is not None:
+        return None
+    try:
+        return write()
+    except StorageError as e:
+        writer.fail(e)
+    except OSError as e:
+        writer.fail(StorageError(str(getattr(e, "filename", None) or writer.path), e))
+    return None
+
+
+async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, t0: int, now_ns,
+                     stop: asyncio.Event | None = None) -> None:
+    """Every second the interval's histograms, every FLUSH_EVERY_TICKS a part; a failed write sets
+    `stop` (the run ends) and ends the loop."""
     tick = 0
     pending: list = []
     while True:
@@ -345,8 +377,12 @@ async def _tick_loop(writer: RunWriter, recorder: Recorder, hists: LiveHistogram
         try:
             await asyncio.shield(work)
         except asyncio.CancelledError:
-            await work  # the run's end must not write the same files while this thread still does
-            raise
+            await asyncio.gather(work, return_exceptions=True)  # the run's end must not write the same
+            raise                                                # files while this thread still does
+        if writer.failure is not None:
+            if stop is not None:
+                stop.set()
+            return
 
 
 def tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows: list, end_ns: int, flush: list,
@@ -357,10 +393,13 @@ def tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows
     # ms while the loop waits for the GIL (priority inversion; measured beside a 2-job compile at 400
     # req/s: send-lag p99 160-220 ms at nice 19, 4.2 ms at nice 0, the bare client 4.9 ms). The
     # GIL switch interval bounds how long it holds the loop off only while it is running.
-    hists.record_interval(rows, end_ns)
+    saving(writer, lambda: hists.record_interval(rows, end_ns))
     rows.clear()
-    if flush:
-        writer.flush(flush, t0)
+    if flush and writer.failure is None:
+        try:
+            writer.flush(flush, t0)
+        except StorageError:
+            return  # kept in writer.failure; the rows stay in the recorder, unflushed
         recorder.release(flush)
         flush.clear()  # the last references: the rows are freed here, off the event loop's thread
 

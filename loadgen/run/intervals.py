@@ -83,4 +83,8 @@ class LiveHistograms:
     def close(self) -> dict[str, dict]:
         for w in self.writers.values():
             w.close(fsync=True)
+        return self.summary()
+
+    def summary(self) -> dict[str, dict]:
+        """Every metric's totals over the intervals recorded so far (hdr.summary_ms)."""
         return {m: hdr.summary_ms(rec) for m, rec in self.totals.items()}

@@ -26,8 +26,10 @@ class RunOutcome:
 
 
 def exit_code_of(status: str) -> ExitCode:
-    """complete -> OK, invalid -> INVALID, anything else (interrupted) -> INTERRUPTED."""
-    return {"complete": ExitCode.OK, "invalid": ExitCode.INVALID}.get(status, ExitCode.INTERRUPTED)
+    """complete -> OK, invalid -> INVALID, write_failed -> STORAGE, anything else (interrupted) ->
+    INTERRUPTED."""
+    return {"complete": ExitCode.OK, "invalid": ExitCode.INVALID,
+            "write_failed": ExitCode.STORAGE}.get(status, ExitCode.INTERRUPTED)
 
 
 def say(out: TextIO | None, text: str) -> None:

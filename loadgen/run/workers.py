@@ -45,10 +45,11 @@ import uvloop
 from loadgen.client.recorder import DROPPED
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import Schedule, build
-from loadgen.results.folder import PARTS, REQUEST_SCHEMA, RunWriter, write_json
+from loadgen.results.folder import requests_frame, PARTS, REQUEST_SCHEMA, RunWriter, write_json
 from loadgen.results.merge import merge_shares, share_record, share_requests
 from loadgen.run.ending import RunFacts, combine_generators, finish, judge, run_manifest
 from loadgen.run.inprocess import START_LEAD_NS, Job, measure, t0_section
+from loadgen.errors import ExitCode, StorageError
 from loadgen.run.outcome import RunOutcome, exit_code_of, say
 from loadgen.run.prepare import Target, request_bodies, say_workload
 
@@ -161,15 +162,26 @@ class PartWriter(RunWriter):
         """The worker's process record, written last: a worker without one died."""
         write_json(self.path / PARTS / f"manifest-{self.worker}.json", record)
 
+    def fail(self, error: StorageError) -> None:
+        # a share keeps its error only: the reserve under _parts/ is the driver's, for the run's manifest
+        if self.failure is None:
+            self.failure = error
+
     def flush(self, rows, t0_ns: int, name: str = "") -> None:
         super().flush(rows, t0_ns, f"{self.worker}-")
 
     def finalize(self, rows, t0_ns: int) -> pl.DataFrame:
-        """The rows not flushed yet as one last part; returns the share's rows (idx order)."""
-        self.flush(list(rows), t0_ns)
+        """The rows not flushed yet as one last part; returns the share's rows (idx order), saved or not
+        (after a failed write, `failure`, nothing more is written)."""
+        rows = list(rows)
+        if self.failure is None:
+            try:
+                self.flush(rows, t0_ns)
+                rows = []
+            except StorageError:
+                pass
         parts = sorted((self.path / PARTS).glob(f"requests-{self.worker}-*.parquet"))
-        return (pl.concat([pl.read_parquet(f) for f in parts]) if parts
-                else pl.DataFrame(schema=REQUEST_SCHEMA)).sort("idx")
+        return pl.concat([*(pl.read_parquet(f) for f in parts), requests_frame(rows, t0_ns)]).sort("idx")
 
 
 def run_share(target: Target, part, writer: PartWriter) -> dict:
@@ -194,7 +206,11 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
 def _worker_main(target: Target, part: Part) -> None:
     assert target.config.out is not None  # the launcher names the folder before any worker starts
     writer = PartWriter(target.config.out, part.worker)
-    record = run_share(target, part, writer)
+    try:
+        record = run_share(target, part, writer)
+    except StorageError as e:  # its record did not fit: the driver counts it as died, its parts stay
+        print(f"loadgen worker {part.worker}: error: {e}", file=sys.stderr, flush=True)
+        sys.exit(ExitCode.STORAGE)
     sys.exit(exit_code_of(record["status"]))
 
 
@@ -285,7 +301,14 @@ def end_shares(facts: RunFacts, writer: RunWriter, t0: dict | None, owner: np.nd
                          generator=record["generator"], t0=record["t0"])
         entries.append(entry)
     requests = pl.concat([requests, *fills]).sort("idx")
-    merge_shares(path, requests, (t0["unix_ns"] or time.time_ns()) / 1e9)
+    failed = next((r["write_error"] for r in records if r.get("write_error")), None)
+    if failed is not None:
+        writer.fail(StorageError.from_record(failed))  # a worker could not save its share: the shares stay as they are
+    else:
+        try:
+            merge_shares(path, requests, (t0["unix_ns"] or time.time_ns()) / 1e9)
+        except StorageError as e:  # the shares under _parts/ stay the run's record
+            writer.fail(e)
     return finish(facts, writer, t0, requests, records, progress=progress, final_line=final_line,
                   launcher_reasons=reasons, workers=entries, ray=ray)
 

@@ -31,10 +31,16 @@ that grows with the run (the emit times it records would show it). So a .parquet
 as it goes, a flushed line per request in `<name>.parquet.partial.jsonl`, and written (atomically)
 from the journal at exit, which then removes the journal. read_truth() reads the journal while it
 exists (a live or killed simulator), else the parquet file.
+
+A truth that cannot be written (disk full, quota, read-only) is said once on stderr and stops there:
+the simulator goes on serving, the journal keeps the rows written before (read_truth reads it), and no
+temporary file is left behind.
 """
 from __future__ import annotations
 
+import io
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -88,26 +94,47 @@ class TruthWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.journal = journal_path(self.path) if self.kind == ".parquet" else self.path
         self._fh = open(self.journal, "ab", buffering=0) if shared else open(self.journal, "wb")
+        self.failed = False   # a write failed: nothing more is written (said once, _give_up)
 
     def add(self, row: dict[str, Any]) -> None:
+        if self.failed:
+            return
         data = orjson.dumps(row) + b"\n"
-        n = self._fh.write(data)
-        while n is not None and n < len(data):  # a short write (disk full, signal): rare; finish the line
-            data = data[n:]
+        try:
             n = self._fh.write(data)
-        self._fh.flush()
+            while n is not None and n < len(data):  # a short write (disk full, signal): rare; finish the line
+                data = data[n:]
+                n = self._fh.write(data)
+            self._fh.flush()
+        except OSError as e:
+            self._give_up(e)
+
+    def _give_up(self, e: OSError) -> None:
+        self.failed = True
+        print(f"loadgen sim: --truth {self.path}: cannot write: {e.strerror or e}; the truth stops here "
+              f"(requests are still served)", file=sys.stderr, flush=True)
 
     def flush(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
+        if self._fh is not None and not self.failed:
+            try:
+                self._fh.flush()
+            except OSError as e:
+                self._give_up(e)
 
     def close(self) -> None:
         if self._fh is None:
             return
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError as e:  # the buffered last lines did not fit
+            self.failed or self._give_up(e)
         self._fh = None
         if self.kind == ".parquet" and not self.shared:
-            _write_parquet(self.path, _read_jsonl(self.journal))
+            try:
+                _write_parquet(self.path, _read_jsonl(self.journal))
+            except OSError as e:  # the journal stays: read_truth reads it
+                self.failed or self._give_up(e)
+                return
             self.journal.unlink()
 
 
@@ -155,9 +182,15 @@ def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
     types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64)}
     schema = {k: types[v] for k, v in COLUMNS.items()}
     df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    buf = io.BytesIO()  # in memory first: a full disk is then an OSError, and no half file is left
+    df.write_parquet(buf)
     tmp = path.with_name(path.name + ".tmp")
-    df.write_parquet(tmp)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(buf.getvalue())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def read_truth(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ CLI_MD = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 def test_the_codes():
     assert {c.name: c.value for c in ExitCode} == {"OK": 0, "ERROR": 1, "USAGE": 2, "INVALID": 3, "FAIL_IF": 4,
-                                                    "INTERRUPTED": 130}
+                                                    "STORAGE": 5, "INTERRUPTED": 130}
     assert set(EXIT_MEANINGS) == set(ExitCode)
 
 
