@@ -3,7 +3,8 @@ flushed parts and a manifest whose status is still `running`.
 
 `lost(run)` is None for a run that finished; otherwise it says what was planned and what was found:
 {"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
-s from t0), "alive" (the run's process still exists on this host: the run is still going)} and
+s from t0), "alive" (the run's process still exists on this host: the run is still going), "workers" (a
+--workers/--ray run: how many workers its driver had, whose shares under _parts/ were read; else None)} and
 `reason` puts it in one sentence for the report's invalid reasons.
 """
 from __future__ import annotations
@@ -40,12 +41,16 @@ def lost(run: Run) -> dict | None:
     done = run.requests["done_ns"].drop_nulls() if "done_ns" in run.requests.columns else pl.Series([])
     return {"status": m.get("status"), "planned": planned, "found": found,
             "missing": planned - found if planned is not None else None,
-            "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None, "alive": _alive(m)}
+            "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None, "alive": _alive(m),
+            "workers": len(m["workers"]) if isinstance(m.get("workers"), list) else None}
 
 
 def reason(info: dict) -> str:
     how = "is still running" if info["alive"] else \
         "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)"
+    if info.get("workers") and not info["alive"]:
+        how = (f"did not finish: its driver was killed (e.g. SIGKILL) before it merged the shares of its "
+               f"{info['workers']} workers (read from _parts/)")
     last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
     return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
             f"({info['missing']} missing); last request recorded at {last} from t0")
