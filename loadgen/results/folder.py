@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from loadgen.config.credentials import REDACTED, scrub, sent_secrets
 from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
 from loadgen.client.recorder import TIME_FIELDS, Row
 
@@ -224,12 +225,26 @@ def _atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    _atomic_write(Path(path), lambda p: p.write_bytes(orjson.dumps(obj, option=orjson.OPT_INDENT_2
-                                                                   | orjson.OPT_SERIALIZE_NUMPY)))
+    """obj as indented JSON, every secret this process sends scrubbed (config/credentials.scrub)."""
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    if sent_secrets():
+        data = scrub(data.decode("utf-8")).encode("utf-8")
+    _atomic_write(Path(path), lambda p: p.write_bytes(data))
 
 
 def write_parquet(path: Path, df: pl.DataFrame) -> None:
+    """df as Parquet, every secret this process sends scrubbed from its string columns."""
+    df = scrub_strings(df)
     _atomic_write(Path(path), lambda p: df.write_parquet(p))
+
+
+def scrub_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """df with every secret this process sends (config/credentials.scrub) replaced in its String columns."""
+    pieces = sent_secrets()
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    if not pieces or not text:
+        return df
+    return df.with_columns(pl.col(text).str.replace_many(list(pieces), [REDACTED] * len(pieces)))
 
 
 class RunWriter:

@@ -48,6 +48,7 @@ import polars as pl
 import uvloop
 
 from loadgen.client.recorder import DROPPED
+from loadgen.config.credentials import ScrubbedStream, remember_sent
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import Schedule, build
 from loadgen.results.folder import PARTS, REQUEST_SCHEMA, RunWriter, write_json
@@ -183,6 +184,7 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
     """A worker's (or Ray actor's) whole life: bodies, its share's run, its own check; writes and returns
     its process record."""
     config = target.config
+    remember_sent(target.headers)  # this process's sends: what the server echoes of them is scrubbed
     schedule = build(config)
     backend = target.backend()
     bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers,
@@ -221,6 +223,7 @@ def _tie_to_driver() -> None:
 def _worker_main(target: Target, part: Part) -> None:
     assert target.config.out is not None  # the launcher names the folder before any worker starts
     _tie_to_driver()
+    sys.stderr = ScrubbedStream(sys.stderr)  # its lines may quote the server
     writer = PartWriter(target.config.out, part.worker)
     record = run_share(target, part, writer)
     sys.exit(exit_code_of(record["status"]))
