@@ -236,7 +236,7 @@ def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, r
     ctx = mp.get_context("spawn")
     procs: list[Any] = []
     conns, facts, t0 = [], RunFacts(target, schedule, run_id), None
-    stop = _Stop(procs)
+    stop = DriverStop(procs)
     try:
         with stop.installed():
             for w in range(n):
@@ -272,7 +272,7 @@ def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, r
                       f"{n} workers, results in {writer.path}")
 
 
-class _Stop:
+class DriverStop:
     """SIGINT or SIGTERM to the driver's PID (not only Ctrl-C to the process group): forwarded to every
     worker as SIGTERM, on which each ends its share as a single process does (in-flight rows
     `interrupted`, the rest `cancelled`, its record written); the run then ends as usual, interrupted."""
@@ -308,14 +308,14 @@ class _Stop:
         return self.signum is not None and time.monotonic() - self.at > STOP_GRACE_S
 
 
-def _join(procs, stop: _Stop) -> None:
+def _join(procs, stop: DriverStop) -> None:
     """Wait for every worker to end; after a signal, for STOP_GRACE_S at most (the caller kills the rest)."""
     while any(p.is_alive() for p in procs) and not stop.expired():
         for p in procs:
             p.join(0.1)
 
 
-def _start_together(procs, conns, stop: _Stop) -> tuple[int, dict] | None:
+def _start_together(procs, conns, stop: DriverStop) -> tuple[int, dict] | None:
     """Wait until every worker is ready, then send them one t0; (t0, worker 0's workload section), or
     None if a worker died during set-up or the driver was signalled."""
     waiting, infos = set(range(len(procs))), {}
