@@ -50,7 +50,7 @@ def reason(info: dict) -> str:
         "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)"
     if info.get("workers") and not info["alive"]:
         how = (f"did not finish: its driver was killed (e.g. SIGKILL) before it merged the shares of its "
-               f"{info['workers']} workers (read from _parts/)")
+               f"{info['workers']} workers (the rows are those their flushed parts under _parts/ hold)")
     last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
     return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
             f"({info['missing']} missing); last request recorded at {last} from t0")

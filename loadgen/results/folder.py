@@ -354,9 +354,10 @@ def read_run(path: str | Path) -> Run:
             requests = pl.read_parquet(p / "requests.parquet")
             tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
                       else pl.DataFrame(schema=TOKEN_SCHEMA))
-        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
+        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")) or manifest.get("status") == "running":
             # the flushed parts of a run that was killed before it could finish its files (in a --workers
-            # run: the workers' shares, merge.py), and the workers' files of an older --workers run
+            # run: the workers' shares, merge.py), and the workers' files of an older --workers run; a run
+            # killed before its first part (a Ray driver's parts are on its actors' nodes) has no rows
             requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
                                REQUEST_SCHEMA).sort("idx")
             tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),

@@ -2,6 +2,7 @@
 driver's PID alone (SIGINT, SIGTERM, kill -9) leaves no worker loading the server, and the folder is read
 by `report` (complete and interrupted after SIGINT/SIGTERM, partial after kill -9)."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from loadgen.results.folder import read_run
 from loadgen.sim.process import SimProcess
-from tests.integration.conftest import report_json, workload
+from tests.integration.conftest import loadgen, report_json, workload
 
 PLANNED = 200   # 10 s at 20/s: the signal comes ~3 s in
 
@@ -108,3 +109,14 @@ def test_kill_9_of_the_driver_leaves_no_worker_and_a_partial_folder(tmp_path, si
     assert s["valid"] is False and s["lost"]["status"] == "running" and s["lost"]["alive"] is False
     assert s["lost"]["planned"] == PLANNED
     assert any("did not finish" in r and "driver" in r for r in s["invalid_reasons"]), s["invalid_reasons"]
+    # a driver killed before any part reached its folder (a Ray driver: the parts are on the actors'
+    # nodes) leaves its manifest alone: still read, as partial, in every format
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(out / "manifest.json", bare / "manifest.json")
+    s = report_json(str(bare))
+    assert s["lost"]["found"] == 0 and s["lost"]["missing"] == PLANNED and s["valid"] is False
+    for fmt in ("text", "html", "md"):
+        r = loadgen("report", str(bare), "--format", fmt)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"0 of {PLANNED} planned requests have a row" in loadgen("report", str(bare)).stdout
