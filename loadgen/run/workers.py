@@ -244,7 +244,8 @@ def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, r
                 share = dataclasses.replace(target, config=worker_config(config, n, w))
                 p = ctx.Process(target=_worker_main, args=(share, Part(w, np.flatnonzero(owner == w), run_id, child)),
                                 name=f"loadgen-worker-{w}")
-                p.start()
+                with stop.sigint_ignored():
+                    p.start()
                 procs.append(p)
                 conns.append(parent)
             say(progress, f"{n} workers started (pids {', '.join(str(p.pid) for p in procs)}); waiting for set-up")
@@ -304,6 +305,20 @@ class DriverStop:
             for sig, handler in before.items():
                 signal.signal(sig, handler)
 
+    @contextlib.contextmanager
+    def sigint_ignored(self):
+        """SIGINT ignored while a worker is started: it starts with SIGINT ignored (kept across exec, and
+        Python then installs no KeyboardInterrupt), so a Ctrl-C to the process group during its set-up is
+        not a traceback; the driver's SIGTERM stops it, and from t0 on its run handles both signals."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, before)
+
     def expired(self) -> bool:
         return self.signum is not None and time.monotonic() - self.at > STOP_GRACE_S
 
@@ -323,7 +338,10 @@ def _start_together(procs, conns, stop: DriverStop) -> tuple[int, dict] | None:
     while waiting and time.monotonic() < deadline and stop.signum is None:
         for w in list(waiting):
             if conns[w].poll(0.05):
-                _, _, infos[w] = conns[w].recv()
+                try:
+                    _, _, infos[w] = conns[w].recv()
+                except (EOFError, OSError):  # readable because the worker died (end of file)
+                    return None
                 waiting.discard(w)
             elif not procs[w].is_alive():
                 return None

@@ -120,3 +120,35 @@ def test_kill_9_of_the_driver_leaves_no_worker_and_a_partial_folder(tmp_path, si
         r = loadgen("report", str(bare), "--format", fmt)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert f"0 of {PLANNED} planned requests have a row" in loadgen("report", str(bare)).stdout
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the driver", "SIGINT to the process group"])
+def test_a_signal_during_the_workers_set_up_stops_them_quietly_and_leaves_no_folder(tmp_path, sim, how):
+    out = tmp_path / "run"
+    w = workload(tmp_path, rate="20/s", requests=PLANNED, max_tokens=4)
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen", "run", w, "--workers", "2", "--url", sim.url,
+                             "--out", str(out)],  # calibration on: the set-up takes a while
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        said = ""
+        while "workers started" not in said:
+            line = proc.stderr.readline()
+            assert line, said  # the driver ended before it started its workers
+            said += line
+        pids = [int(x) for x in said.rsplit("(pids ", 1)[1].split(")")[0].split(", ")]
+        assert not (out / "manifest.json").exists()  # the premise: still setting up, before t0
+        if how.startswith("SIGTERM"):
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert wait_until(lambda: not any(alive(p) for p in pids), 30), f"orphan workers: {pids}"
+    assert not out.exists()  # stopped before t0: the folder is as it was (none)
+    after = served(sim)  # worker 0's calibration probes may have been answered; nothing comes after
+    time.sleep(1.5)
+    assert served(sim) == after
