@@ -197,3 +197,11 @@ def redact_text(text: str) -> str:
         else:
             text = pattern.sub(REDACTED, text)
     return text
+
+
+def clipped(text: str | bytes, n: int) -> str:
+    """A server's text (bytes decoded, undecodable bytes replaced) scrubbed (redact_text), then cut to n
+    characters: cut first, a secret could leave a piece too short to be recognised."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return redact_text(text)[:n]

@@ -33,6 +33,7 @@ from typing import TextIO
 
 import numpy as np
 
+from loadgen.config.credentials import clipped
 from loadgen.config.workload import RunConfig
 from loadgen.plan.schedule import Schedule
 from loadgen.results.folder import RunWriter
@@ -186,7 +187,7 @@ def run_ray(target: Target, schedule: Schedule, n: int, writer: RunWriter, run_i
                         (writer.path / name).write_bytes(data)
                     ended.append((nodes[w]["pid"], 0))
                 except (ray.exceptions.RayError, OSError) as e:
-                    say(progress, f"worker {w}: {type(e).__name__}: {str(e)[:300]}")
+                    say(progress, f"worker {w}: {type(e).__name__}: {clipped(str(e), 300)}")
                     ended.append((nodes[w]["pid"], None))
     finally:
         ray.shutdown()

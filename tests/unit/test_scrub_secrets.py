@@ -65,3 +65,12 @@ def test_a_value_that_can_be_a_header_passes():
     with pytest.raises(ValueError) as e:
         parse_header("Authorization Bearer sk-secret-1")
     assert "sk-secret-1" not in str(e.value) and "expected 'Name: value'" in str(e.value)
+
+
+def test_a_malformed_event_is_scrubbed_before_it_is_cut():
+    # cut first at 120 characters, the key would keep its first 10 characters, too few to be recognised
+    from loadgen.client.backends.stream import Stream
+    remember_sent({"Authorization": "Bearer Zq9-apikey-77"})
+    s = Stream()
+    assert s.decode(b"x" * 110 + b"Zq9-apikey-77 is not valid") is None
+    assert s.malformed is not None and "Zq9-apikey" not in s.malformed and "***" in s.malformed
