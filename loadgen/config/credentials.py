@@ -72,7 +72,7 @@ def split_url(url: str) -> tuple[str, dict[str, str]]:
 def parse_header(text: str) -> tuple[str, str]:
     """`K: V` from --header; ValueError names what is wrong (the name, never the value)."""
     name, sep, value = text.partition(":")
-    name, value = name.strip(), value.strip()
+    name, value = name.strip(), value.strip(" \t")  # HTTP's optional white space; a line break is refused
     if not sep or not name:
         raise ValueError("--header: expected 'Name: value' (no ':' found; the text is not shown: it may be a "
                          "secret)")
