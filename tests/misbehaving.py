@@ -1,7 +1,10 @@
 """Small misbehaving servers for the hardening tests, on 127.0.0.1 port 0, each in a daemon thread and
-closed by the test: `Silent` accepts and reads but never answers; it records every request head."""
+closed by the test: `Silent` accepts and reads but never answers; it records every request head.
+`BasicAuthServer` answers only the right credentials; `EchoServer` echoes the credentials in its errors."""
 from __future__ import annotations
 
+import base64
+import json
 import socket
 import threading
 
@@ -116,6 +119,76 @@ class BasicAuthServer(Silent):
                 status, ctype, body = b"404 Not Found", b"text/plain", b"no"
             try:
                 conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype +
+                             b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            except OSError:
+                return
+
+
+class EchoServer(Silent):
+    """A server that echoes what it was sent, as careless servers do in their errors: /v1/models lists
+    model `sim`; completions get HTTP 401 whose body quotes the credentials (the Bearer token after
+    "Incorrect API key provided:", a Basic token decoded into user and password, every header of the
+    request as JSON) or, every other request, the raw request head as text; /metrics answers the head as
+    text (not Prometheus) and `X-Echo` response headers carry the Authorization value. `bodies` keeps
+    every error body it sent (the test's premise: the secrets went out)."""
+
+    def __init__(self):
+        self.bodies: list[bytes] = []
+        super().__init__()
+
+    def _answer(self, head: bytes) -> tuple[bytes, bytes, bytes]:
+        lines = head.split(b"\r\n")
+        fields = {k.strip().decode("latin-1"): v.strip().decode("latin-1")
+                  for k, _, v in (x.partition(b":") for x in lines[1:])}
+        path = lines[0].split(b" ")[1]
+        if path.endswith(b"/v1/models"):
+            return b"200 OK", b"application/json", b'{"data":[{"id":"sim"}]}'
+        if path.endswith(b"/metrics"):
+            return b"200 OK", b"text/plain", b"echo of what you sent:\n" + head
+        if not (lines[0].startswith(b"POST") and b"completions" in path):
+            return b"404 Not Found", b"text/plain", b"no"
+        auth = fields.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if len(self.bodies) % 2:
+            body = b"request refused; you sent:\n" + head
+        elif scheme == "Basic":
+            user, _, password = base64.b64decode(token).decode().partition(":")
+            body = json.dumps({"error": f"user {user} with password {password} is not allowed",
+                               "headers": fields}).encode()
+        else:
+            body = json.dumps({"error": {"message": f"Incorrect API key provided: {token}.",
+                                         "headers": fields}}).encode()
+        with self._lock:
+            self.bodies.append(body)
+        return b"401 Unauthorized", b"application/json", body
+
+    def _read(self, conn: socket.socket) -> None:
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                buf += data
+            head, buf = buf.split(b"\r\n\r\n", 1)
+            length = next((int(x.split(b":")[1]) for x in head.split(b"\r\n")
+                           if x.lower().startswith(b"content-length:")), 0)
+            while len(buf) < length:
+                more = conn.recv(65536)
+                if not more:
+                    return
+                buf += more
+            buf = buf[length:]
+            with self._lock:
+                self.heads.append(head)
+            status, ctype, body = self._answer(head)
+            echo = next((x.split(b":", 1)[1].strip() for x in head.split(b"\r\n")
+                         if x.lower().startswith(b"authorization:")), b"")
+            try:
+                conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nX-Echo: " + echo +
                              b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
             except OSError:
                 return

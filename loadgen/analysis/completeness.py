@@ -5,7 +5,8 @@ flushed parts and a manifest whose status is still `running`.
 {"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
 s from t0), "alive" (the run's process still exists on this host: the run is still going), "write_error"
 (manifest.write_error: a run stopped because its results could not be written, e.g. a full disk; else
-None)} and `reason` puts it in one sentence for the report's invalid reasons.
+None), "workers" (a
+--workers/--ray run: how many workers its driver had, whose shares under _parts/ were read; else None)} and `reason` puts it in one sentence for the report's invalid reasons.
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def lost(run: Run) -> dict | None:
     return {"status": m.get("status"), "planned": planned, "found": found,
             "missing": planned - found if planned is not None else None,
             "last_recorded_s": float(metrics.number(done.max())) / 1e9 if done.len() else None,
-            "alive": _alive(m) and m.get("status") == "running", "write_error": m.get("write_error")}
+            "alive": _alive(m) and m.get("status") == "running", "write_error": m.get("write_error"),
+            "workers": len(m["workers"]) if isinstance(m.get("workers"), list) else None}
 
 
 def reason(info: dict) -> str:
@@ -50,6 +52,9 @@ def reason(info: dict) -> str:
     how = ("is still running" if info["alive"] else
            f"stopped because its results could not be written ({failed.get('message')})" if failed else
            "did not finish (killed, e.g. SIGKILL or out of memory, before it wrote its final files)")
+    if info.get("workers") and not info["alive"] and not failed:
+        how = (f"did not finish: its driver was killed (e.g. SIGKILL) before it merged the shares of its "
+               f"{info['workers']} workers (the rows are those their flushed parts under _parts/ hold)")
     last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
     return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
             f"({info['missing']} missing); last request recorded at {last} from t0")

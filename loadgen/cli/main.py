@@ -13,6 +13,7 @@ import sys
 from loadgen import __version__
 from loadgen.cli import compare, export, report, run, schedule, sim, sweep, twin, workloads
 from loadgen.cli.common import EXAMPLES, RAW
+from loadgen.config.credentials import ScrubbedStream
 from loadgen.errors import ExitCode, InputError, LoadgenError, StorageError, exit_table
 
 COMMANDS = {"run": run.command, "report": report.command, "schedule": schedule.command,
@@ -55,7 +56,15 @@ def _glue_sim_args(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The command's exit code. From here on stderr is scrubbed of every secret the run sends
+    (config/credentials.ScrubbedStream: progress, errors and a bug's traceback, printed after main
+    returns, may quote the server); writes pass through it unchanged otherwise."""
+    if not isinstance(sys.stderr, ScrubbedStream):
+        sys.stderr = ScrubbedStream(sys.stderr)
+    return _main(sys.argv[1:] if argv is None else argv)
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "sim":  # the simulator parses its own flags
         return sim.command(argv[1:])
     args = build_parser().parse_args(_glue_sim_args(argv))

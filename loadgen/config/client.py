@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loadgen.errors import ConfigError
-from loadgen.config.credentials import parse_header, redact_headers, split_url
+from loadgen.config.credentials import parse_header, redact_headers, remember_sent, split_url, value_problem
 from loadgen.config.runconfig import RunConfig
 
 
@@ -65,16 +65,21 @@ def client_options(headers: list[str] | None = None, insecure: bool | None = Non
 
 
 def target_url_and_headers(config: RunConfig, opts: ClientOptions) -> tuple[str | None, dict[str, str]]:
-    """(the target URL without credentials, every header sent to the target). ConfigError when the URL's
-    credentials and the API key would both be the Authorization header."""
+    """(the target URL without credentials, every header sent to the target), remembered as this
+    process's secrets (credentials.remember_sent). ConfigError when the URL's credentials and the API key
+    would both be the Authorization header, or the key cannot be a header value."""
     url, basic = split_url(config.url) if config.url else (None, {})
     headers = dict(opts.headers)
     key = config.api_key()
     if key and basic:
         raise ConfigError([f"--url carries credentials and ${config.api_key_env} holds an API key: both "
                            f"would be the Authorization header; give one"])
+    problem = value_problem(key) if key else None
+    if problem:  # checked before anything is sent; the key itself is never shown
+        raise ConfigError([f"${config.api_key_env} (request.api_key_env): the API key {problem}"])
     if key:
         headers["Authorization"] = f"Bearer {key}"
     headers.update(basic)
+    remember_sent(headers)  # what the server echoes of them is scrubbed from every file and log
     return url, headers
 

@@ -28,6 +28,7 @@ from typing import TextIO
 
 import orjson
 
+from loadgen.config.credentials import clipped
 from loadgen.probe.probe_http import Probe, ProbeError
 from loadgen.errors import TokenizerError
 from loadgen.plan.prompts import ApproximateTokenizer, LocalTokenizer, Tokenizer
@@ -129,7 +130,7 @@ class ServerTokenizer(Tokenizer):
         n = tokens_in(self.shape, status, data)
         if n is None or not plausible(text, n, slack):
             raise TokenizerError(f"{self.detail}: HTTP {status}, not a plausible tokenize answer for "
-                                 f"{len(text)} chars: {data[:120]!r}")
+                                 f"{len(text)} chars: {clipped(data, 120)!r}")
         return n
 
     def _body(self, text: str, special: bool) -> dict:
@@ -167,7 +168,7 @@ class ServerTokenizer(Tokenizer):
             templated = None
         if not isinstance(templated, str):
             raise TokenizerError(f"{self._probe.base}/apply-template: HTTP {status}, no templated prompt: "
-                                 f"{data[:120]!r}")
+                                 f"{clipped(data, 120)!r}")
         return self._count({"content": templated, "add_special": True, "parse_special": True}, templated, slack)
 
     def describe(self) -> dict:

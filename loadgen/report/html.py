@@ -107,7 +107,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     srv, thr = figures.server_series(metrics), figures.throughput(run)
     # one time axis for every chart of the section (scrapes may start before t0)
     t_all = [t for ts in (*per_metric.values(), srv, thr) if ts is not None for t in ts.t_s]
-    x_range = (min(0.0, *t_all), max(1.0, *t_all))
+    x_range = (min([0.0, *t_all]), max([1.0, *t_all]))  # a run killed before its first part has no times
     warm = figures.warmup_span(run)  # shaded and labelled on each chart, not an unexplained zero
     for m, ts in per_metric.items():
         if ts is None:

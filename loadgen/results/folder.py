@@ -36,6 +36,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from loadgen.config.credentials import REDACTED, scrub, sent_secrets
 from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
 from loadgen.errors import StorageError
 from loadgen.client.recorder import TIME_FIELDS, Row
@@ -291,8 +292,11 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def write_json(path: Path, obj: Mapping[str, Any], sync: bool = True) -> None:
-    write_bytes_durably(Path(path), orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY),
-                        sync)
+    """obj as indented JSON, every secret this process sends scrubbed (config/credentials.scrub)."""
+    data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    if sent_secrets():
+        data = scrub(data.decode("utf-8")).encode("utf-8")
+    write_bytes_durably(Path(path), data, sync)
 
 
 def parquet_bytes(df: pl.DataFrame) -> bytes:
@@ -304,7 +308,17 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
 
 
 def write_parquet(path: Path, df: pl.DataFrame) -> None:
-    write_bytes_durably(Path(path), parquet_bytes(df))
+    """df as Parquet, every secret this process sends scrubbed from its string columns."""
+    write_bytes_durably(Path(path), parquet_bytes(scrub_strings(df)))
+
+
+def scrub_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """df with every secret this process sends (config/credentials.scrub) replaced in its String columns."""
+    pieces = sent_secrets()
+    text = [c for c, t in df.schema.items() if t == pl.String]
+    if not pieces or not text:
+        return df
+    return df.with_columns(pl.col(text).str.replace_many(list(pieces), [REDACTED] * len(pieces)))
 
 
 class RunWriter:
@@ -504,9 +518,10 @@ def read_run(path: str | Path) -> Run:
             requests = pl.read_parquet(p / "requests.parquet")
             tokens = (pl.read_parquet(p / "tokens.parquet") if (p / "tokens.parquet").is_file()
                       else pl.DataFrame(schema=TOKEN_SCHEMA))
-        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")):
+        elif (p / PARTS).is_dir() or any(p.glob("requests.*.parquet")) or manifest.get("status") == "running":
             # the flushed parts of a run that was killed before it could finish its files (in a --workers
-            # run: the workers' shares, merge.py), and the workers' files of an older --workers run
+            # run: the workers' shares, merge.py), and the workers' files of an older --workers run; a run
+            # killed before its first part (a Ray driver's parts are on its actors' nodes) has no rows
             requests = _concat(sorted([*p.glob("requests.*.parquet"), *(p / PARTS).glob("requests-*.parquet")]),
                                REQUEST_SCHEMA).sort("idx")
             tokens = _concat(sorted([*p.glob("tokens.*.parquet"), *(p / PARTS).glob("tokens-*.parquet")]),

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from loadgen.config.credentials import scrub
 from loadgen.errors import ExitCode
 
 
@@ -33,10 +34,11 @@ def exit_code_of(status: str) -> ExitCode:
 
 
 def say(out: TextIO | None, text: str) -> None:
+    """One progress line, scrubbed of every secret the run sends (config/credentials.scrub)."""
     if out is not None:
         if out.isatty():
             out.write("\r\033[K")
-        out.write(text + "\n")
+        out.write(scrub(text) + "\n")
         out.flush()
 
 

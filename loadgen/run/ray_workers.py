@@ -23,14 +23,17 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import signal
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
+from loadgen.config.credentials import clipped
 from loadgen.config.workload import RunConfig
 from loadgen.plan.schedule import Schedule
 from loadgen.results.folder import RunWriter
@@ -38,9 +41,11 @@ from loadgen.run.ending import RunFacts, run_manifest
 from loadgen.run.inprocess import t0_section
 from loadgen.run.outcome import RunOutcome, say
 from loadgen.run.prepare import Target, say_workload
-from loadgen.run.workers import Part, PartWriter, assign, end_shares, run_share, weights_of, worker_config
+from loadgen.run.workers import (STOP_GRACE_S, Part, PartWriter, DriverStop, assign, end_shares, run_share, weights_of,
+                                 worker_config)
 
 START_LEAD_S = 3.0
+STOP_POLL_S = 0.2   # how often an actor asks whether the driver was signalled
 CLOCK_SKEW_PROBES = 5
 INSTALL_HINT = "--ray needs Ray on every node: pip install 'loadgen[ray]'"
 
@@ -56,16 +61,27 @@ class _RayPart(Part):
     def wait_for_t0(self) -> int:
         import ray
 
+        threading.Thread(target=self._watch_driver, name="driver-watch", daemon=True).start()
         ray.get(self.conn.ready.remote(self.worker, self.info))
         while (start_wall_ns := ray.get(self.conn.start.remote())) is None:
             time.sleep(0.01)
         offset_ns = self.offset_ns or 0
         return time.monotonic_ns() + (start_wall_ns + offset_ns - time.time_ns())
 
+    def _watch_driver(self) -> None:
+        """The driver was signalled (the coordinator says so): SIGTERM to this actor's process, which ends
+        its share as a single process does (measure's handler), so the actor returns its rows. A driver
+        that dies takes its actors with it (Ray's fate sharing: they are owned by its job)."""
+        import ray
+
+        while not ray.get(self.conn.stopping.remote()):
+            time.sleep(STOP_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
 
 class _Coordinator:
     def __init__(self):
-        self._ready, self._start, self._infos = set(), None, {}
+        self._ready, self._start, self._infos, self._stop = set(), None, {}, False
 
     def ready(self, w: int, info: dict | None) -> None:
         self._ready.add(w)
@@ -82,6 +98,12 @@ class _Coordinator:
 
     def start(self) -> int | None:
         return self._start
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def stopping(self) -> bool:
+        return self._stop
 
 
 class _Worker:
@@ -126,44 +148,66 @@ def run_ray(target: Target, schedule: Schedule, n: int, writer: RunWriter, run_i
     facts, t0, ended = RunFacts(target, schedule, run_id), None, []
     ray.init(address="auto" if config.ray == "auto" else config.ray, log_to_driver=False,
              configure_logging=False)
+    stop = DriverStop([])  # SIGINT/SIGTERM to the driver: the coordinator tells the actors (_RayPart._watch_driver)
     try:
-        coordinator = ray.remote(num_cpus=0)(_Coordinator).remote()
-        Worker = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_Worker)
-        actors = [Worker.remote() for _ in range(n)]
-        nodes = []
-        for w, a in enumerate(actors):
-            offset_ns, rtt_ns = measure_offset(a)
-            nodes.append({"worker": w, **ray.get(a.node.remote()), "offset_ms": offset_ns / 1e6,
-                          "rtt_ms": rtt_ns / 1e6})
-        calls = [a.run.remote(dataclasses.replace(target, config=worker_config(config, n, w)),
-                              np.flatnonzero(owner == w), w, run_id, coordinator, round(nodes[w]["offset_ms"] * 1e6))
-                 for w, a in enumerate(actors)]
-        say(progress, f"{n} Ray actors on {len({x['hostname'] for x in nodes})} node(s); waiting for set-up")
-        while ray.get(coordinator.n_ready.remote()) < n:
-            done, _ = ray.wait(calls, timeout=0.05)
-            if done and ray.get(coordinator.n_ready.remote()) < n:
-                break  # an actor ended before it was ready
-        start_wall_ns = time.time_ns() + int(START_LEAD_S * 1e9)
-        ray.get(coordinator.set_start.remote(start_wall_ns))
-        # the actors that are ready start then (t0: the driver's CLOCK_MONOTONIC at that instant)
-        t0 = t0_section(time.monotonic_ns() + start_wall_ns - time.time_ns(), start_wall_ns)
-        facts.workload = next((i for i in map(ray.get, (coordinator.info.remote(w) for w in range(n))) if i), {})
-        if facts.workload:
-            say_workload(progress, facts.workload)
-        writer.manifest(run_manifest(facts, t0, workers=[{"worker": x["worker"], "pid": x["pid"]} for x in nodes]))
-        for w, call in enumerate(calls):
-            try:
-                for name, data in ray.get(call).items():
-                    (writer.path / name).write_bytes(data)
-                ended.append((nodes[w]["pid"], 0))
-            except (ray.exceptions.RayError, OSError) as e:
-                say(progress, f"worker {w}: {type(e).__name__}: {str(e)[:300]}")
-                ended.append((nodes[w]["pid"], None))
+        with stop.installed():
+            coordinator = ray.remote(num_cpus=0)(_Coordinator).remote()
+            Worker = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_Worker)
+            actors = [Worker.remote() for _ in range(n)]
+            nodes = []
+            for w, a in enumerate(actors):
+                offset_ns, rtt_ns = measure_offset(a)
+                nodes.append({"worker": w, **ray.get(a.node.remote()), "offset_ms": offset_ns / 1e6,
+                              "rtt_ms": rtt_ns / 1e6})
+            calls = [a.run.remote(dataclasses.replace(target, config=worker_config(config, n, w)),
+                                  np.flatnonzero(owner == w), w, run_id, coordinator,
+                                  round(nodes[w]["offset_ms"] * 1e6))
+                     for w, a in enumerate(actors)]
+            say(progress, f"{n} Ray actors on {len({x['hostname'] for x in nodes})} node(s); waiting for set-up")
+            while ray.get(coordinator.n_ready.remote()) < n and stop.signum is None:
+                done, _ = ray.wait(calls, timeout=0.05)
+                if done and ray.get(coordinator.n_ready.remote()) < n:
+                    break  # an actor ended before it was ready
+            start_wall_ns = time.time_ns() + int(START_LEAD_S * 1e9)
+            ray.get(coordinator.set_start.remote(start_wall_ns))
+            # the actors that are ready start then (t0: the driver's CLOCK_MONOTONIC at that instant)
+            t0 = t0_section(time.monotonic_ns() + start_wall_ns - time.time_ns(), start_wall_ns)
+            infos = map(ray.get, (coordinator.info.remote(w) for w in range(n)))
+            facts.workload = next((i for i in infos if i), {})
+            if facts.workload:
+                say_workload(progress, facts.workload)
+            writer.manifest(run_manifest(facts, t0, workers=[{"worker": x["worker"], "pid": x["pid"]}
+                                                              for x in nodes]))
+            finished = _wait_all(calls, coordinator, stop)
+            for w, call in enumerate(calls):
+                try:
+                    if call not in finished:
+                        raise TimeoutError(f"still running {STOP_GRACE_S:g} s after the driver was signalled")
+                    for name, data in ray.get(call).items():
+                        (writer.path / name).write_bytes(data)
+                    ended.append((nodes[w]["pid"], 0))
+                except (ray.exceptions.RayError, OSError) as e:
+                    say(progress, f"worker {w}: {type(e).__name__}: {clipped(str(e), 300)}")
+                    ended.append((nodes[w]["pid"], None))
     finally:
         ray.shutdown()
     skew, reasons = _skew_section(config, nodes, start_wall_ns)
     return end_shares(facts, writer, t0, owner, ended, progress, f"{n} Ray actors, results in {writer.path}",
                       launcher_reasons=reasons, ray=skew)
+
+
+def _wait_all(calls: list, coordinator, stop: DriverStop) -> set:
+    """The actors' calls that ended; after a signal to the driver (passed on to the actors once, through
+    the coordinator), those that ended within STOP_GRACE_S."""
+    import ray
+
+    told, pending = False, list(calls)
+    while pending and not stop.expired():
+        if stop.signum is not None and not told:
+            ray.get(coordinator.stop.remote())
+            told = True
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=0.2)
+    return set(calls) - set(pending)
 
 
 def _skew_section(config: RunConfig, nodes: list[dict], start_wall_ns: int) -> tuple[dict, list[str]]:

@@ -27,12 +27,17 @@ rate x mean max_tokens), at most one per CPU; one worker is the ordinary single-
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import dataclasses
 import math
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +48,7 @@ import polars as pl
 import uvloop
 
 from loadgen.client.recorder import DROPPED
+from loadgen.config.credentials import ScrubbedStream, remember_sent
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import Schedule, build
 from loadgen.results.folder import requests_frame, PARTS, REQUEST_SCHEMA, RunWriter, write_json
@@ -56,6 +62,8 @@ from loadgen.run.prepare import Target, request_bodies, say_workload
 WORKER_CHUNKS_PER_S = 20_000   # what one core sustains with headroom (make bench: ~25-50 µs of CPU per chunk)
 READY_TIMEOUT_S = 600.0        # set-up of a worker (tokenizer, bodies, calibration) must end by then
 WORKER_DIED = "worker_died"
+STOP_GRACE_S = 30.0            # after SIGINT/SIGTERM, how long the workers have to end their shares
+PR_SET_PDEATHSIG = 1
 
 
 def count_for(config: RunConfig, schedule: Schedule) -> int:
@@ -188,6 +196,7 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
     """A worker's (or Ray actor's) whole life: bodies, its share's run, its own check; writes and returns
     its process record."""
     config = target.config
+    remember_sent(target.headers)  # this process's sends: what the server echoes of them is scrubbed
     schedule = build(config)
     backend = target.backend()
     bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers,
@@ -203,8 +212,30 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
     return record
 
 
+def _tie_to_driver() -> None:
+    """A worker lives no longer than its driver, kill -9 of the driver included: the kernel sends it SIGTERM
+    when the driver dies (Linux prctl PR_SET_PDEATHSIG), and, as a fallback where that is missing, a
+    thread watching multiprocessing's parent sentinel (a pipe the driver holds open) sends it the same.
+    SIGTERM then ends the worker's share as it does a single process (its rows and record under _parts/)
+    or, before t0, ends the worker at once (nothing was sent)."""
+    driver = mp.parent_process()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the sentinel below alone
+    if driver is None or not driver.is_alive():  # the driver died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        mp_connection.wait([driver.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
 def _worker_main(target: Target, part: Part) -> None:
     assert target.config.out is not None  # the launcher names the folder before any worker starts
+    _tie_to_driver()
+    sys.stderr = ScrubbedStream(sys.stderr)  # its lines may quote the server
     writer = PartWriter(target.config.out, part.worker)
     try:
         record = run_share(target, part, writer)
@@ -219,55 +250,118 @@ def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, r
     config = target.config
     owner = assign(schedule, n, weights_of(config, n))
     ctx = mp.get_context("spawn")
-    procs, conns, facts, t0 = [], [], RunFacts(target, schedule, run_id), None
+    procs: list[Any] = []
+    conns, facts, t0 = [], RunFacts(target, schedule, run_id), None
+    stop = DriverStop(procs)
     try:
-        for w in range(n):
-            parent, child = ctx.Pipe()
-            share = dataclasses.replace(target, config=worker_config(config, n, w))
-            p = ctx.Process(target=_worker_main, args=(share, Part(w, np.flatnonzero(owner == w), run_id, child)),
-                            name=f"loadgen-worker-{w}")
-            p.start()
-            procs.append(p)
-            conns.append(parent)
-        say(progress, f"{n} workers started (pids {', '.join(str(p.pid) for p in procs)}); waiting for set-up")
-        ready = _start_together(procs, conns)
-        if ready is not None:
-            t0_ns, facts.workload = ready
-            t0 = t0_section(t0_ns, time.time_ns() + t0_ns - time.monotonic_ns())
-            say_workload(progress, facts.workload)
-            writer.manifest(run_manifest(facts, t0, workers=[{"worker": w, "pid": p.pid} for w, p in enumerate(procs)]))
-            say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
-        else:  # a worker died setting up: the others, waiting for t0, get end-of-file and exit
-            say(progress, "a worker died during set-up; stopping the others")
-            for c in conns:
-                c.close()
-        for p in procs:
-            p.join()
-    except KeyboardInterrupt:
-        for p in procs:
-            p.join(timeout=30)
+        with stop.installed():
+            for w in range(n):
+                parent, child = ctx.Pipe()
+                share = dataclasses.replace(target, config=worker_config(config, n, w))
+                p = ctx.Process(target=_worker_main, args=(share, Part(w, np.flatnonzero(owner == w), run_id, child)),
+                                name=f"loadgen-worker-{w}")
+                with stop.sigint_ignored():
+                    p.start()
+                procs.append(p)
+                conns.append(parent)
+            say(progress, f"{n} workers started (pids {', '.join(str(p.pid) for p in procs)}); waiting for set-up")
+            ready = _start_together(procs, conns, stop)
+            if ready is not None:
+                t0_ns, facts.workload = ready
+                t0 = t0_section(t0_ns, time.time_ns() + t0_ns - time.monotonic_ns())
+                say_workload(progress, facts.workload)
+                writer.manifest(run_manifest(facts, t0, workers=[{"worker": w, "pid": p.pid}
+                                                                  for w, p in enumerate(procs)]))
+                say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
+            elif stop.signum is None:  # a worker died setting up: the others, waiting for t0, get end-of-file
+                say(progress, "a worker died during set-up; stopping the others")
+                for c in conns:
+                    c.close()
+            _join(procs, stop)
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
+    if t0 is None and stop.signum is not None:
+        raise KeyboardInterrupt  # stopped during set-up: nothing was sent, the folder is left as it was
     return end_shares(facts, writer, t0, owner, [(p.pid, p.exitcode) for p in procs], progress,
                       f"{n} workers, results in {writer.path}")
 
 
-def _start_together(procs, conns) -> tuple[int, dict] | None:
+class DriverStop:
+    """SIGINT or SIGTERM to the driver's PID (not only Ctrl-C to the process group): forwarded to every
+    worker as SIGTERM, on which each ends its share as a single process does (in-flight rows
+    `interrupted`, the rest `cancelled`, its record written); the run then ends as usual, interrupted."""
+
+    def __init__(self, procs: list):
+        self.procs = procs
+        self.signum: int | None = None
+        self.at = 0.0
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+        for p in self.procs:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    @contextlib.contextmanager
+    def installed(self):
+        """The handlers while the workers live (main thread only: Python's rule for signal handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def sigint_ignored(self):
+        """SIGINT ignored while a worker is started: it starts with SIGINT ignored (kept across exec, and
+        Python then installs no KeyboardInterrupt), so a Ctrl-C to the process group during its set-up is
+        not a traceback; the driver's SIGTERM stops it, and from t0 on its run handles both signals."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, before)
+
+    def expired(self) -> bool:
+        return self.signum is not None and time.monotonic() - self.at > STOP_GRACE_S
+
+
+def _join(procs, stop: DriverStop) -> None:
+    """Wait for every worker to end; after a signal, for STOP_GRACE_S at most (the caller kills the rest)."""
+    while any(p.is_alive() for p in procs) and not stop.expired():
+        for p in procs:
+            p.join(0.1)
+
+
+def _start_together(procs, conns, stop: DriverStop) -> tuple[int, dict] | None:
     """Wait until every worker is ready, then send them one t0; (t0, worker 0's workload section), or
-    None if a worker died during set-up."""
+    None if a worker died during set-up or the driver was signalled."""
     waiting, infos = set(range(len(procs))), {}
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while waiting and time.monotonic() < deadline:
+    while waiting and time.monotonic() < deadline and stop.signum is None:
         for w in list(waiting):
             if conns[w].poll(0.05):
-                _, _, infos[w] = conns[w].recv()
+                try:
+                    _, _, infos[w] = conns[w].recv()
+                except (EOFError, OSError):  # readable because the worker died (end of file)
+                    return None
                 waiting.discard(w)
             elif not procs[w].is_alive():
                 return None
-    if waiting:
+    if waiting or stop.signum is not None:
         return None
     t0 = time.monotonic_ns() + START_LEAD_NS
     for c in conns:

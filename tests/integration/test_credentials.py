@@ -22,7 +22,7 @@ def test_url_credentials_are_sent_as_basic_auth_and_written_nowhere(tmp_path, tr
     with BasicAuthServer(basic) as server:
         url = f"http://alice:{PASSWORD}@127.0.0.1:{server.port}"
         p = loadgen("run", workload(tmp_path, requests=6, rate="20/s", max_tokens=3, tokenizer="approximate"),
-                    "--url", url,
+                    "--url", url, "--model", "m",  # the one model BasicAuthServer lists (it is checked)
                     "--out", str(out), "--scrape-metrics", "--scrape-interval", "100ms",
                     "--header", f"X-Api-Token: {TOKEN}", "--header", "X-Team: blue",
                     env={**os.environ, "LOADGEN_TRANSPORT": transport}, timeout=100)

@@ -22,6 +22,7 @@ import orjson
 
 from loadgen.client.backends.sse import MAX_LINE_BYTES, SSEParser
 from loadgen.client.recorder import OK, STREAM_ERROR, ErrorKind, Row
+from loadgen.config.credentials import clipped
 
 
 class Stream:
@@ -39,10 +40,10 @@ class Stream:
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
-            self.malformed = self.malformed or f"event is not JSON: {data[:120]!r}"
+            self.malformed = self.malformed or f"event is not JSON: {clipped(data, 120)!r}"
             return None
         if not isinstance(obj, dict):
-            self.malformed = self.malformed or f"event is not a JSON object: {data[:120]!r}"
+            self.malformed = self.malformed or f"event is not a JSON object: {clipped(data, 120)!r}"
             return None
         if "error" in obj:
             err = obj["error"]
