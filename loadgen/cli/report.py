@@ -26,7 +26,7 @@ def command(args: argparse.Namespace) -> int:
     # lazy: analysis and report pull in polars, numpy (a fast start for the other commands)
     from loadgen.analysis.explain import ExplainOptions
     from loadgen.analysis.report_summary import build
-    from loadgen.config.units import parse_duration_ns
+    from loadgen.config.kinds import DURATION
     from loadgen.report import to_json, to_text
 
     if args.format in ("html", "md"):  # a sweep's or a comparison's page
@@ -42,15 +42,15 @@ def command(args: argparse.Namespace) -> int:
     slo_ms = slo(args)
     try:
         try:
-            window_ns = parse_duration_ns(args.window)
+            window_ns = DURATION.parse(args.window)   # a duration > 0
         except ValueError as e:
             raise ValueError(f"--window: {e}") from None
         opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
-        # summary, explanation, goodput; writes summary.json and decomposition.parquet
-        run, summary, decomposition = build(args.run_dir, opts, slo_ms)
+        run, summary, decomposition = build(args.run_dir, opts, slo_ms, write=False)  # summary, explanation
     except ValueError as e:  # RooflineError is one
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE
+    _save(run, summary, decomposition)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.format in ("html", "md"):
         from loadgen.report.pages import render_run_page
@@ -61,3 +61,14 @@ def command(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return ExitCode.OK
+
+
+def _save(run, summary, decomposition) -> None:
+    """summary.json and decomposition.parquet into the run's folder; a folder that cannot take them (read
+    only, full) is said on stderr, and the report is shown all the same (it needs neither file)."""
+    try:
+        run.write_decomposition(decomposition)
+        run.write_summary(summary)
+    except OSError as e:
+        print(f"warning: {run.path}: summary.json and decomposition.parquet not saved ({e.strerror or e}); "
+              f"the report below is complete", file=sys.stderr)

@@ -172,6 +172,10 @@ def _read(path: Path) -> dict:
         raise ConfigError([f"{path}: no such workload file{hint}"]) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{path}: is a folder, not a workload file (TOML)"]) from None
+    except OSError as e:  # unreadable: permissions, a FIFO's error, a broken device
+        raise ConfigError([f"{path}: cannot read the workload file: {e.strerror or e}"]) from None
 
 
 def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:

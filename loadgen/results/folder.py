@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, get_origin, get_type_hints
 
 import numpy as np
 import orjson
@@ -326,6 +326,26 @@ class RunWriter:
         return requests
 
 
+def manifest_problems(manifest: Any) -> list[str]:
+    """What makes a parsed manifest.json unusable: not an object, or a key of Manifest holding another JSON
+    type than Manifest declares (null is allowed where the key is optional). Absent keys are not problems:
+    a killed run's first manifest lacks most of them."""
+    if not isinstance(manifest, dict):
+        return [f"must be a JSON object, got {type(manifest).__name__}"]
+    hints, required = get_type_hints(Manifest), Manifest.__required_keys__
+    problems = []
+    for key, value in manifest.items():
+        if key not in hints or (value is None and key not in required):
+            continue
+        want = get_origin(hints[key]) or hints[key]
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            problems.append(f"{key} must be a JSON {_JSON_TYPE.get(want, want.__name__)}, got {value!r:.60}")
+    return problems
+
+
+_JSON_TYPE = {dict: "object", list: "array", str: "string", int: "integer"}
+
+
 def read_run(path: str | Path) -> Run:
     p = Path(path)
     if not (p / "manifest.json").is_file():
@@ -334,6 +354,9 @@ def read_run(path: str | Path) -> Run:
         manifest = orjson.loads((p / "manifest.json").read_bytes())
     except orjson.JSONDecodeError as e:
         raise ResultsError(f"{p / 'manifest.json'}: not valid JSON: {e}") from None
+    problems = manifest_problems(manifest)
+    if problems:
+        raise ResultsError(f"{p / 'manifest.json'}: not a loadgen manifest: {'; '.join(problems)}")
     try:
         if (p / "requests.parquet").is_file():
             requests = pl.read_parquet(p / "requests.parquet")
