@@ -8,6 +8,7 @@ loading), returning the problem or None. The messages are the ones users and tes
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 from collections.abc import Callable
@@ -28,6 +29,14 @@ class Kind:
 
 def is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """Path(path).is_file(), False rather than an exception for a name the OS refuses (too long, a NUL)."""
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
 
 
 def is_decimal(text: str) -> bool:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.config.kinds import is_file
+
 
 DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical", "mixture", "cycle")
 DEFAULT_MAX = 1_000_000
@@ -105,6 +107,28 @@ def parse(v: Any, key: str, bad: Bad, base_dir: Path) -> Lengths:
     return _mixture(v, key, bad, base_dir, lo, hi)
 
 
+def problems(spec: Lengths) -> list[str]:
+    """What is wrong with a Lengths built in code rather than parsed (with_overrides re-checks it): the
+    same rules as parse() on its numbers, the components' included."""
+    out = []
+    if spec.dist not in DISTS:
+        out.append(f"dist must be one of {', '.join(DISTS)}, got {spec.dist!r}")
+    ints = {"value": spec.value, "min": spec.min, "max": spec.max}
+    for name, x in ints.items():
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_VALUE:
+            out.append(f"{name} must be an integer from 0 to {MAX_VALUE}, got {x!r}")
+    for name, f in {"mean": spec.mean, "sd": spec.sd, "median": spec.median, "sigma": spec.sigma}.items():
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_VALUE:
+            out.append(f"{name} must be a finite number >= 0, got {f!r}")
+    if spec.dist == "fixed" and not out and spec.value < 1:
+        out.append(f"value must be >= 1, got {spec.value}")
+    if any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_VALUE for x in spec.values):
+        out.append(f"values must be integers from 1 to {MAX_VALUE}")
+    if any(not isinstance(w, (int, float)) or not 0 < w < math.inf for w in spec.weights):
+        out.append("weights must be finite numbers > 0")
+    return out + [f"components[{i}].{p}" for i, c in enumerate(spec.components) for p in problems(c)]
+
+
 class _Table:
     # The numbers of one length table: a bad or missing one is reported and read as 1.
     def __init__(self, v: dict, key: str, bad: Bad):
@@ -151,7 +175,7 @@ def _empirical(v: dict, key: str, bad: Bad, base_dir: Path, lo: int, hi: int) ->
         bad(f"{key}.trace", f"must be a file name, got {trace!r}")
         return _ONE
     path = (base_dir / trace) if not Path(trace).is_absolute() else Path(trace)
-    if not path.is_file():
+    if not is_file(path):
         bad(f"{key}.trace", f"no such file {str(path)!r}")
     fmt = v.get("format", "")
     if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config.credentials import url_problems
-from loadgen.config.kinds import INT64_MAX, is_number
+from loadgen.config.kinds import INT64_MAX, is_file, is_number
 from loadgen.config.lengths import MAX_VALUE, Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
 from loadgen.config.runconfig import MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
@@ -30,7 +30,7 @@ def trace(r: Reader) -> TraceSpec | None:
         r.bad("trace.file", f"must be a file name, got {f!r}")
     else:
         p = Path(f) if Path(f).is_absolute() else r.base_dir / f
-        if not p.is_file():
+        if not is_file(p):
             r.bad("trace.file", f"no such file {str(p)!r}")
         path = str(p)
     fmt = t.get("format", "")

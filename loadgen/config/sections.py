@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config import lengths as lengths_mod
-from loadgen.config.kinds import INT64_MAX, is_decimal
+from loadgen.config.kinds import INT64_MAX, is_decimal, is_file
 from loadgen.config.lengths import Lengths
 from loadgen.config.options import BY_KEY, OPTIONS
 from loadgen.config.runconfig import INFINITE_RATES, PROCESSES, Arrivals
@@ -303,7 +303,7 @@ def prompt(r: Reader, skip_lengths: bool) -> dict[str, Any]:
             tokenizer = "local"
     dataset = r.get("prompt.dataset")
     if dataset is not None:
-        if not isinstance(dataset, str) or not (r.base_dir / dataset).is_file():
+        if not isinstance(dataset, str) or not is_file(r.base_dir / dataset):
             r.bad("prompt.dataset", f"no such file {str(r.base_dir / str(dataset))!r} (a ShareGPT-format JSON file)")
         else:
             dataset = str(r.base_dir / dataset)
