@@ -26,6 +26,7 @@ from typing import TypeGuard
 import numpy as np
 import orjson
 import polars as pl
+from loadgen.config.kinds import is_file
 from loadgen.errors import TraceError  # noqa: F401  (raised here; importable from here too)
 
 FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
@@ -82,7 +83,7 @@ def sniff(path: str | Path) -> str:
 
 def read(path: str | Path, fmt: str = "", *, skip_bad_rows: bool = False) -> Trace:
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):  # False, not OSError, for a name the system refuses (too long, a NUL byte)
         raise TraceError([f"{p}: no such trace file"])
     fmt = fmt or sniff(p)
     if fmt == "azure":

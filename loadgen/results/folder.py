@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import polars as pl
 
+from loadgen.config.kinds import is_file
 from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
 from loadgen.client.recorder import TIME_FIELDS, Row
 
@@ -348,7 +349,7 @@ _JSON_TYPE = {dict: "object", list: "array", str: "string", int: "integer"}
 
 def read_run(path: str | Path) -> Run:
     p = Path(path)
-    if not (p / "manifest.json").is_file():
+    if not is_file(p / "manifest.json"):  # also a name the system refuses (too long, a NUL byte)
         raise ResultsError(f"{p}: not a loadgen results folder (no manifest.json)")
     try:
         manifest = orjson.loads((p / "manifest.json").read_bytes())

@@ -159,3 +159,18 @@ def test_a_compare_page_with_a_side_without_any_success(capsys, tmp_path, fmt, f
     page = capsys.readouterr().out
     assert not re.search(r"\b(None|nan|inf)\b", page), re.search(r".{60}\b(None|nan|inf)\b.{20}", page)
     assert "change CI" in page
+
+
+LONG = "x" * 300   # beyond NAME_MAX: os.stat raises ENAMETOOLONG, which Path.is_file() does not swallow
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["schedule", LONG], "cannot read the workload file: File name too long"),
+    (["schedule", *FLAGS[:2], "--requests", "3", f"--trace={LONG}"], "--trace: no such file"),
+    (["schedule", *FLAGS, f"--tokenizer={LONG}"], "--tokenizer: must be auto, server, approximate or a tokenizer"),
+    (["schedule", *FLAGS, "--trace=a\x00b"], "--trace: no such file"),
+    (["report", LONG], "not a loadgen results folder"),
+    (["export", LONG, "--format", "csv"], "not a loadgen results folder"),
+])
+def test_a_name_the_system_refuses_is_named_not_raised(capsys, argv, needle):
+    _fails(capsys, argv, needle)
