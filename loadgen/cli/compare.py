@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from loadgen.cli.common import RAW, SLO_HELP, add_out, out_file, slo, write_out
+from loadgen.config.kinds import INT64_MAX, is_decimal
 from loadgen.errors import ExitCode
 
 COMPARE_EXAMPLES = """\
@@ -49,6 +50,19 @@ def command(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
 
 
+MAX_RESAMPLES = 1_000_000   # each resample is a pass over every request of both runs: more is a typo
+
+
+def _whole(flag: str, text: str, minimum: int, maximum: int) -> int:
+    """text as an integer in [minimum, maximum]; else a CompareError naming the flag (exit 2)."""
+    from loadgen.analysis.compare import CompareError  # lazy: polars, numpy
+
+    value = int(text) if is_decimal(text) else None
+    if value is None or not minimum <= value <= maximum:
+        raise CompareError(f"{flag}: must be a whole number from {minimum} to {maximum}, got {text!r}")
+    return value
+
+
 def compare_cli(args, slo_ms) -> int:
     # lazy: the bootstrap and the results reader pull in polars, numpy (a fast start)
     import orjson
@@ -59,13 +73,8 @@ def compare_cli(args, slo_ms) -> int:
     from loadgen.results.folder import ResultsError
 
     out = out_file(args)  # before the bootstrap: never over a run's own files
-    try:
-        resamples, seed = int(args.resamples), int(args.seed)
-    except ValueError:
-        raise CompareError(f"--resamples and --seed take whole numbers, got {args.resamples!r}, "
-                           f"{args.seed!r}") from None
-    if resamples < 100:
-        raise CompareError(f"--resamples: must be >= 100, got {args.resamples!r}")
+    resamples = _whole("--resamples", args.resamples, 100, MAX_RESAMPLES)
+    seed = _whole("--seed", args.seed, 0, INT64_MAX)
     try:
         result = compare(args.inputs, slo_ms, args.fail_if, resamples, seed,
                          fraction("--min-effect", args.min_effect, 0.0, 1.0), args.allow_invalid)

@@ -26,7 +26,7 @@ def command(args: argparse.Namespace) -> int:
     from loadgen.analysis import repeats
     from loadgen.analysis.explain import ExplainOptions
     from loadgen.analysis.report_summary import build
-    from loadgen.config.units import parse_duration_ns
+    from loadgen.config.kinds import DURATION
     from loadgen.report import to_json, to_text
 
     out = out_file(args)  # before anything is computed: never over the run's own files
@@ -43,17 +43,17 @@ def command(args: argparse.Namespace) -> int:
     slo_ms = slo(args)
     try:
         try:
-            window_ns = parse_duration_ns(args.window)
+            window_ns = DURATION.parse(args.window)   # a duration > 0
         except ValueError as e:
             raise ValueError(f"--window: {e}") from None
         opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
         if repeats.is_repeats(args.run_dir):  # --repeat N's folder: the across-run table
             return _repeats_report(args, repeats.rebuild(args.run_dir, opts, slo_ms))
-        # summary, explanation, goodput; writes summary.json and decomposition.parquet
-        run, summary, decomposition = build(args.run_dir, opts, slo_ms)
+        run, summary, decomposition = build(args.run_dir, opts, slo_ms, write=False)  # summary, explanation
     except ValueError as e:  # RooflineError is one
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE
+    _save(run, summary, decomposition)
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.format in ("html", "md"):
         from loadgen.report.pages import render_run_page
@@ -84,3 +84,14 @@ def _repeats_report(args: argparse.Namespace, rec: dict) -> int:
     else:
         sys.stdout.write(text)
     return ExitCode.OK
+
+
+def _save(run, summary, decomposition) -> None:
+    """summary.json and decomposition.parquet into the run's folder; a folder that cannot take them (read
+    only, full) is said on stderr, and the report is shown all the same (it needs neither file)."""
+    try:
+        run.write_decomposition(decomposition)
+        run.write_summary(summary)
+    except OSError as e:
+        print(f"warning: {run.path}: summary.json and decomposition.parquet not saved ({e.strerror or e}); "
+              f"the report below is complete", file=sys.stderr)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 
 from loadgen.errors import ConfigError
+from loadgen.config.kinds import is_file
 from loadgen.config.credentials import parse_header, redact_headers, remember_sent, split_url, value_problem
 from loadgen.config.runconfig import RunConfig
 
@@ -59,7 +59,7 @@ def client_options(headers: list[str] | None = None, insecure: bool | None = Non
     if insecure and ca_bundle:
         problems.append("--insecure and --ca-bundle: give one (no verification, or verification "
                         "against the bundle)")
-    if ca_bundle and not Path(ca_bundle).is_file():
+    if ca_bundle and not is_file(ca_bundle):
         problems.append(f"--ca-bundle {ca_bundle}: no such file")
     return ClientOptions(tuple(parsed), bool(insecure), ca_bundle, bool(overwrite)), problems
 

@@ -34,7 +34,10 @@ _SECRET_VALUE = re.compile(r"^(bearer|basic|token)\s|^(sk|pk|hf|ghp|xox[bp])[-_]
 
 def url_problems(url: str, flag: str = "--url") -> list[str]:
     """What is wrong with a target URL (empty when nothing is), all at once."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL": an unclosed [ in the host
+        return [f"{flag}: {e} in {redact_url(url)!r}"]
     problems = []
     if parts.scheme not in ("http", "https"):
         problems.append(f"{flag}: must start with http:// or https://, got {redact_url(url)!r}")
@@ -51,8 +54,11 @@ def url_problems(url: str, flag: str = "--url") -> list[str]:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its userinfo (user:pass@ becomes ***@). Never raises, even on a malformed port."""
-    parts = urlsplit(url)
+    """The URL without its userinfo (user:pass@ becomes ***@). Never raises, even on a malformed port or host."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # unparsable (an unclosed IPv6 bracket): cut whatever precedes an @ in the authority
+        return re.sub(r"^([^/]*//)[^/]*@", rf"\1{REDACTED}@", url)
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=f"{REDACTED}@{parts.netloc.rsplit('@', 1)[1]}"))

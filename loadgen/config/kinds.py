@@ -8,6 +8,8 @@ loading), returning the problem or None. The messages are the ones users and tes
 from __future__ import annotations
 
 import math
+import os
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,18 +31,34 @@ def is_number(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def integer(minimum: int, maximum: int | None = None) -> Kind:
+def is_file(path: str | os.PathLike) -> bool:
+    """Path(path).is_file(), False rather than an exception for a name the OS refuses (too long, a NUL)."""
+    try:
+        return os.path.isfile(path)
+    except (OSError, ValueError):
+        return False
+
+
+def is_decimal(text: str) -> bool:
+    """An integer written in ASCII digits, optionally signed ("²".isdigit() is True, but int() refuses it)."""
+    return re.fullmatch(r"\s*[-+]?[0-9]+\s*", text) is not None
+
+
+INT64_MAX = 2**63 - 1   # every integer option is stored as int64 (Parquet, the manifest's JSON, numpy)
+
+
+def integer(minimum: int, maximum: int = INT64_MAX) -> Kind:
     def check(v: Any) -> str | None:
         if isinstance(v, bool) or not isinstance(v, int):
             return f"must be an integer, got {v!r}"
         if v < minimum:
             return f"must be >= {minimum}, got {v}"
-        if maximum is not None and v > maximum:
+        if v > maximum:
             return f"must be <= {maximum}, got {v}"
         return None
 
     def parse(v: Any) -> int:
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():  # flags arrive as text
+        if isinstance(v, str) and is_decimal(v):  # flags arrive as text
             v = int(v)
         problem = check(v)
         if problem:
@@ -93,12 +111,13 @@ def _parse_positive(v: Any) -> float:
             v = float(v)
         except ValueError:
             pass
-    if not is_number(v) or not v > 0:   # inf is accepted from a file, as it always was
-        raise ValueError(f"must be a number > 0, got {v!r}")
+    problem = _check_positive(v)   # nan and inf are refused: no limit or scale is infinite
+    if problem:
+        raise ValueError(problem)
     return float(v)
 
 
-POSITIVE = Kind("number > 0", "", _parse_positive, _check_positive)
+POSITIVE = Kind("finite number > 0", "", _parse_positive, _check_positive)
 
 
 def _check_fraction(v: Any) -> str | None:
@@ -178,7 +197,7 @@ def _check_workers(v: Any) -> str | None:
 
 def _parse_workers(v: Any) -> int:
     # "auto" is 0: the launcher picks the count by rate (run/workers.py)
-    n = 0 if str(v) == "auto" else (int(v) if str(v).isdigit() else -1)
+    n = 0 if str(v) == "auto" else (int(v) if is_decimal(str(v)) else -1)
     if n < 0 or n > 1024 or (n == 0 and str(v) != "auto"):
         raise ValueError(f"expected a number of processes (1-1024) or auto, got {v!r}")
     return n

@@ -20,14 +20,20 @@ naming the same trace file, which then sample the same rows (a long prompt keeps
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadgen.config.kinds import is_file
+
 
 DISTS = ("fixed", "uniform", "normal", "lognormal", "empirical", "mixture", "cycle")
 DEFAULT_MAX = 1_000_000
+# Every number of a length table is finite and at most MAX_VALUE: far above any plan's limit
+# (plan/limits.py names the real one), and low enough that the sampler's int64 arithmetic cannot overflow.
+MAX_VALUE = 2**62
 _KEYS = {
     "fixed": {"value"}, "uniform": {"min", "max"}, "normal": {"mean", "sd", "min", "max"},
     "lognormal": {"median", "sigma", "min", "max"}, "empirical": {"values", "trace", "format", "min", "max"},
@@ -62,8 +68,9 @@ def parse(v: Any, key: str, bad: Bad, base_dir: Path) -> Lengths:
         bad(key, f"must be an integer or a table, got {v!r}")
         return _ONE
     if isinstance(v, int):
-        if v < 1:
-            bad(key, f"must be >= 1, got {v}")
+        if not 1 <= v <= MAX_VALUE:
+            bad(key, f"must be >= 1, got {v}" if v < 1 else f"must be <= {MAX_VALUE}, got {v}")
+            return _ONE
         return Lengths(value=v)
     if not isinstance(v, dict):
         bad(key, f"must be an integer or a table like {{ dist = \"uniform\", min = 64, max = 512 }}, got {v!r}")
@@ -78,7 +85,7 @@ def parse(v: Any, key: str, bad: Bad, base_dir: Path) -> Lengths:
     t = _Table(v, key, bad)
     lo = t.num("min", integer=True, minimum=1, default=1)
     hi = t.num("max", integer=True, minimum=1, default=DEFAULT_MAX)
-    if lo > hi:
+    if lo > hi and not t.failed:  # a bad bound is reported by itself (and read as 1)
         bad(key, f"min ({lo}) must be <= max ({hi})")
     if dist == "fixed":
         return Lengths(value=t.num("value", integer=True, minimum=1))
@@ -100,21 +107,48 @@ def parse(v: Any, key: str, bad: Bad, base_dir: Path) -> Lengths:
     return _mixture(v, key, bad, base_dir, lo, hi)
 
 
+def problems(spec: Lengths) -> list[str]:
+    """What is wrong with a Lengths built in code rather than parsed (with_overrides re-checks it): the
+    same rules as parse() on its numbers, the components' included."""
+    out = []
+    if spec.dist not in DISTS:
+        out.append(f"dist must be one of {', '.join(DISTS)}, got {spec.dist!r}")
+    ints = {"value": spec.value, "min": spec.min, "max": spec.max}
+    for name, x in ints.items():
+        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x <= MAX_VALUE:
+            out.append(f"{name} must be an integer from 0 to {MAX_VALUE}, got {x!r}")
+    for name, f in {"mean": spec.mean, "sd": spec.sd, "median": spec.median, "sigma": spec.sigma}.items():
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= MAX_VALUE:
+            out.append(f"{name} must be a finite number >= 0, got {f!r}")
+    if spec.dist == "fixed" and not out and spec.value < 1:
+        out.append(f"value must be >= 1, got {spec.value}")
+    if any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_VALUE for x in spec.values):
+        out.append(f"values must be integers from 1 to {MAX_VALUE}")
+    if any(not isinstance(w, (int, float)) or not 0 < w < math.inf for w in spec.weights):
+        out.append("weights must be finite numbers > 0")
+    return out + [f"components[{i}].{p}" for i, c in enumerate(spec.components) for p in problems(c)]
+
+
 class _Table:
     # The numbers of one length table: a bad or missing one is reported and read as 1.
     def __init__(self, v: dict, key: str, bad: Bad):
         self.v, self.key, self.bad = v, key, bad
+        self.failed = False  # a number was reported
 
     def num(self, name: str, *, integer: bool = False, minimum: float = 0.0, strict: bool = False,
             default: Any = None) -> Any:
         x = self.v.get(name, default)
         if x is None:
             self.bad(f"{self.key}.{name}", "missing")
+            self.failed = True
             return 1
         ok = isinstance(x, int) if integer else isinstance(x, (int, float))
-        if isinstance(x, bool) or not ok or (x <= minimum if strict else x < minimum):
+        if isinstance(x, bool) or not ok or not math.isfinite(x) or x > MAX_VALUE \
+                or (x <= minimum if strict else x < minimum):
             what = "an integer" if integer else "a number"
-            self.bad(f"{self.key}.{name}", f"must be {what} {'>' if strict else '>='} {minimum:g}, got {x!r}")
+            self.bad(f"{self.key}.{name}", f"must be {what} {'>' if strict else '>='} {minimum:g} (finite, "
+                     f"at most {MAX_VALUE}), got {x!r}")
+            self.failed = True
             return 1
         return x
 
@@ -123,8 +157,8 @@ def _values(v: dict, key: str, bad: Bad) -> tuple[int, ...]:
     # `values = [...]` of cycle and inline empirical: () after reporting a problem
     values = v.get("values")
     if (not isinstance(values, list) or not values
-            or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in values)):
-        bad(f"{key}.values", "must be a non-empty list of integers >= 1")
+            or any(isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_VALUE for x in values)):
+        bad(f"{key}.values", f"must be a non-empty list of integers >= 1 (at most {MAX_VALUE})")
         return ()
     return tuple(values)
 
@@ -141,7 +175,7 @@ def _empirical(v: dict, key: str, bad: Bad, base_dir: Path, lo: int, hi: int) ->
         bad(f"{key}.trace", f"must be a file name, got {trace!r}")
         return _ONE
     path = (base_dir / trace) if not Path(trace).is_absolute() else Path(trace)
-    if not path.is_file():
+    if not is_file(path):
         bad(f"{key}.trace", f"no such file {str(path)!r}")
     fmt = v.get("format", "")
     if fmt not in ("", "azure", "mooncake", "burstgpt", "jsonl"):
@@ -159,8 +193,8 @@ def _mixture(v: dict, key: str, bad: Bad, base_dir: Path, lo: int, hi: int) -> L
     for i, c in enumerate(comps):
         ck = f"{key}.components[{i}]"
         w = c.get("weight") if isinstance(c, dict) else None
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0:
-            bad(f"{ck}.weight", f"must be a number > 0, got {w!r}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < math.inf:
+            bad(f"{ck}.weight", f"must be a number > 0 (finite), got {w!r}")
             w = 1.0
         if isinstance(c, dict) and c.get("dist") == "mixture":
             bad(f"{ck}.dist", "a mixture cannot nest another mixture")

@@ -3,12 +3,13 @@ workload file holds (--url, --sim-args, --workers, ...), and the rules across se
 itself through the Reader as sections.py's do, appending every problem it finds."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from loadgen.config.credentials import url_problems
-from loadgen.config.kinds import is_number
-from loadgen.config.lengths import Lengths
+from loadgen.config.kinds import INT64_MAX, is_file, is_number
+from loadgen.config.lengths import MAX_VALUE, Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
 from loadgen.config.runconfig import MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
 from loadgen.config.sections import Reader
@@ -29,7 +30,7 @@ def trace(r: Reader) -> TraceSpec | None:
         r.bad("trace.file", f"must be a file name, got {f!r}")
     else:
         p = Path(f) if Path(f).is_absolute() else r.base_dir / f
-        if not p.is_file():
+        if not is_file(p):
             r.bad("trace.file", f"no such file {str(p)!r}")
         path = str(p)
     fmt = t.get("format", "")
@@ -37,7 +38,7 @@ def trace(r: Reader) -> TraceSpec | None:
         r.bad("trace.format", f"must be one of {', '.join(TRACE_FORMATS)}, got {fmt!r}")
         fmt = ""
     ts = t.get("time_scale")
-    if ts is not None and (not is_number(ts) or not ts > 0):
+    if ts is not None and (not is_number(ts) or not 0 < ts < math.inf):
         r.bad("trace.time_scale", f"must be a number > 0, got {ts!r}")
         ts = None
     rate = r.rate("trace.rate", t["rate"]) if "rate" in t else None
@@ -50,8 +51,8 @@ def trace(r: Reader) -> TraceSpec | None:
         except ValueError as e:
             r.bad("trace.start", str(e))
     limit = t.get("limit")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        r.bad("trace.limit", f"must be an integer >= 1, got {limit!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INT64_MAX):
+        r.bad("trace.limit", f"must be an integer >= 1 (at most {INT64_MAX}), got {limit!r}")
         limit = None
     skip = r.option("trace.skip_bad_rows")
     lengths = t.get("lengths", True)
@@ -78,7 +79,7 @@ def mix(r: Reader) -> tuple[MixClass, ...]:
         for extra in sorted(set(c) - {"weight", "prompt", "output", "name"}):
             r.bad(f"{k}.{extra}", "unknown key (expected weight, prompt, output, name)")
         w = c.get("weight")
-        if not is_number(w) or not w > 0:
+        if not is_number(w) or not 0 < w < math.inf:
             r.bad(f"{k}.weight", f"must be a number > 0, got {w!r}")
             w = 1.0
         total += w
@@ -94,7 +95,7 @@ def prefix(r: Reader) -> PrefixSpec | None:
         return None  # absent, or reported as "must be a table"
     if "tokens" not in p:
         r.bad("prefix.tokens", "missing: the shared prefix's length in tokens")
-    tokens = r.integer("prefix.tokens", 1, 1) or 1
+    tokens = r.integer("prefix.tokens", 1, 1, maximum=MAX_VALUE) or 1
     groups = r.integer("prefix.groups", 1, 1) or 1
     fraction = p.get("fraction", 1.0)
     if not is_number(fraction) or not 0 <= fraction <= 1:

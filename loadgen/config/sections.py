@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from loadgen.config import lengths as lengths_mod
+from loadgen.config.kinds import INT64_MAX, is_decimal, is_file
 from loadgen.config.lengths import Lengths
 from loadgen.config.options import BY_KEY, OPTIONS
 from loadgen.config.runconfig import INFINITE_RATES, PROCESSES, Arrivals
@@ -44,7 +45,12 @@ class Reader:
         self.problems: list[str] = []
 
     def where(self, key: str) -> str:
-        return self.sources.get(key) or f"{self.source}: {key}"
+        """The flag that set key (or the table key holds: --prompt-tokens 4..N sets prompt.tokens.max),
+        else the file and key."""
+        for k, flag in self.sources.items():
+            if key == k or key.startswith(k + "."):
+                return flag
+        return f"{self.source}: {key}"
 
     def bad(self, key: str, msg: str) -> None:
         self.problems.append(f"{self.where(key)}: {msg}")
@@ -74,17 +80,18 @@ class Reader:
             self.bad(key, str(e))
             return row.value
 
-    def integer(self, key: str, default: int | None, minimum: int, value: Any = None) -> int | None:
+    def integer(self, key: str, default: int | None, minimum: int, value: Any = None,
+                maximum: int = INT64_MAX) -> int | None:
         v = self.get(key, default) if value is None else value
         if v is None:
             return None
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        if isinstance(v, str) and is_decimal(v):
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
             self.bad(key, f"must be an integer, got {v!r}")
             return default
-        if v < minimum:
-            self.bad(key, f"must be >= {minimum}, got {v}")
+        if not minimum <= v <= maximum:
+            self.bad(key, f"must be >= {minimum}, got {v}" if v < minimum else f"must be <= {maximum}, got {v}")
             return default
         return v
 
@@ -130,10 +137,10 @@ class Reader:
 def parse_length_flag(text: str) -> int | dict | str:
     """`128` -> 128; `64..512` -> uniform; anything else is returned for the validator to reject."""
     t = text.strip()
-    if t.isdigit():
+    if t.isascii() and t.isdigit():
         return int(t)
     lo, sep, hi = t.partition("..")
-    if sep and lo.strip().isdigit() and hi.strip().isdigit():
+    if sep and lo.strip().isascii() and lo.strip().isdigit() and hi.strip().isascii() and hi.strip().isdigit():
         return {"dist": "uniform", "min": int(lo), "max": int(hi)}
     return text
 
@@ -186,8 +193,8 @@ def arrivals(r: Reader, concurrency: int) -> Arrivals:
         rate = r.rate("arrivals.rate", given)
     extra = _varying(r, process)
     burstiness = r.get("arrivals.burstiness", 1.0)
-    if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not burstiness > 0:
-        r.bad("arrivals.burstiness", f"must be a number > 0, got {burstiness!r}")
+    if isinstance(burstiness, bool) or not isinstance(burstiness, (int, float)) or not 0 < burstiness < math.inf:
+        r.bad("arrivals.burstiness", f"must be a finite number > 0, got {burstiness!r}")
         burstiness = 1.0
     return Arrivals(process, rate, float(burstiness), **extra)
 
@@ -296,7 +303,7 @@ def prompt(r: Reader, skip_lengths: bool) -> dict[str, Any]:
             tokenizer = "local"
     dataset = r.get("prompt.dataset")
     if dataset is not None:
-        if not isinstance(dataset, str) or not (r.base_dir / dataset).is_file():
+        if not isinstance(dataset, str) or not is_file(r.base_dir / dataset):
             r.bad("prompt.dataset", f"no such file {str(r.base_dir / str(dataset))!r} (a ShareGPT-format JSON file)")
         else:
             dataset = str(r.base_dir / dataset)

@@ -8,8 +8,11 @@ A path that exists always wins over a name, so a local `quickstart.toml` is read
 from __future__ import annotations
 
 import importlib.resources
+import os
 import re
 from pathlib import Path
+
+from loadgen.config.kinds import is_file
 
 PACKAGE = "loadgen.workloads"
 
@@ -36,12 +39,12 @@ def resolve(arg: str | Path) -> Path:
     is its name (`quickstart` or `quickstart.toml`, no folder); else `arg` unchanged (the loader then says
     there is no such file, listing the shipped names)."""
     path = Path(arg)
-    if path.exists() or len(path.parts) != 1:
+    if os.path.lexists(path) or len(path.parts) != 1:  # lexists: False for a name the OS refuses
         return path
     root = folder()
     stem = path.name[:-5] if path.name.endswith(".toml") else path.name
     candidate = root / f"{stem}.toml" if root else None
-    return candidate if candidate is not None and candidate.is_file() else path
+    return candidate if candidate is not None and is_file(candidate) else path
 
 
 def describe(path: Path) -> str:

@@ -34,6 +34,8 @@ def parse_rate_per_s(text: str | float) -> float:
         raise ValueError(f"bad rate {text!r}")
     if isinstance(text, (int, float)):
         value = float(text)
+    elif not isinstance(text, str):
+        raise ValueError(f"bad rate {text!r}: expected e.g. '8/s' or '120/m'")
     else:
         m = re.fullmatch(_NUM + r"\s*(?:/\s*(s|m|min|h))?", text.strip())
         if not m:

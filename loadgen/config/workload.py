@@ -84,16 +84,19 @@ it). A field changed after loading goes through with_overrides(), which validate
 """
 from __future__ import annotations
 
+import os
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 import tomllib
 
 from loadgen.errors import ConfigError
 from loadgen.config import parts, sections, shipped
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
-from loadgen.config.lengths import Lengths
+from loadgen.config.kinds import is_file
+from loadgen.config.lengths import Lengths, problems as lengths_problems
 from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, TOKENIZERS
 from loadgen.config.runconfig import (Arrivals, MixClass, PrefixSpec, RunConfig, SessionSpec,  # noqa: F401
                                       TraceSpec)
@@ -172,6 +175,10 @@ def _read(path: Path) -> dict:
         raise ConfigError([f"{path}: no such workload file{hint}"]) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ConfigError([f"{path}: not valid TOML: {e}"]) from None
+    except IsADirectoryError:
+        raise ConfigError([f"{path}: is a folder, not a workload file (TOML)"]) from None
+    except OSError as e:  # unreadable: permissions, a FIFO's error, a broken device
+        raise ConfigError([f"{path}: cannot read the workload file: {e.strerror or e}"]) from None
 
 
 def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
@@ -186,7 +193,7 @@ def _apply_flags(raw: dict, given: dict[str, Any]) -> dict[str, str]:
         if key == "trace.file":
             # A trace given on the command line replaces the workload's arrivals and lengths; its path
             # is relative to the working directory, so make it absolute before the file's dir applies.
-            value = str(Path(value).resolve())
+            value = os.path.abspath(value)  # no syscall: a name the OS refuses is reported later
             raw.pop("arrivals", None)
         if key == "trace.time_scale":
             try:
@@ -208,13 +215,13 @@ def _tokenizer_flag(raw: dict, given: dict[str, Any]) -> list[str]:
     if value is None or value in TOKENIZERS:
         return []
     path = Path(value)
-    if not path.is_file():
+    if not is_file(path):
         del given["--tokenizer"]  # reported here, not again by the option's check
         return [f"--tokenizer: must be auto, server, approximate or a tokenizer.json file, got {value!r} "
                 f"(no such file)"]
     prompt = raw.setdefault("prompt", {})
     if isinstance(prompt, dict):
-        prompt["tokenizer_file"] = str(path.resolve())
+        prompt["tokenizer_file"] = os.path.abspath(path)
     given["--tokenizer"] = "local"
     return []
 
@@ -267,6 +274,8 @@ def with_overrides(config: RunConfig, by: str = "", **changes: Any) -> RunConfig
     ConfigError names each field, after `by` (who set it, e.g. "sweep")."""
     new = replace(config, **changes)
     problems = [p for name in changes for p in _field_problems(new, name)]
+    if problems:  # the rules across fields read well-typed values only
+        raise ConfigError([f"{by}: {p}" if by else p for p in problems])
     if {"requests", "warmup_requests"} & set(changes) and new.requests is not None \
             and new.warmup_requests >= new.requests:
         problems.append(f"warmup_requests: must be less than requests ({new.requests}), got {new.warmup_requests}")
@@ -283,13 +292,31 @@ def _field_problems(config: RunConfig, name: str) -> list[str]:
     value = getattr(config, name)
     if name == "arrivals":
         return _arrivals_problems(config)
-    if name == "url":
-        return [] if value is None else url_problems(value, "url")
-    row = BY_FIELD.get(name)
-    if row is None or value is None:
+    if value is None:
         return []
-    problem = row.kind.check(value)
+    if not _has_field_type(name, value):
+        return [f"{name}: must be a {_FIELD_TYPES[name]}, got {value!r:.80}"]
+    if name == "url":
+        return url_problems(value, "url")
+    row = BY_FIELD.get(name)
+    if isinstance(value, Lengths):
+        return [f"{name}: {p}" for p in lengths_problems(value)]
+    problem = row.kind.check(value) if row is not None else None
     return [f"{name}: {problem}"] if problem else []
+
+
+_FIELD_TYPES = get_type_hints(RunConfig)
+
+
+def _has_field_type(name: str, value: Any) -> bool:
+    """value is of the type RunConfig declares for the field (an int is not a bool, a float may be an int)."""
+    t = _FIELD_TYPES[name]
+    allowed = {get_origin(a) or a for a in (get_args(t) if get_origin(t) in (Union, UnionType) else (t,))}
+    if float in allowed:
+        allowed.add(int)
+    if isinstance(value, bool) and bool not in allowed:
+        return False
+    return any(a is Any or isinstance(value, a) for a in allowed)
 
 
 def _arrivals_problems(config: RunConfig) -> list[str]:

@@ -4,7 +4,8 @@ out-of-memory kill or a traceback.
 
 Before the plan is built (`check_config`): the number of requests (`run.requests`, or the peak rate
 times `run.duration`) is at most MAX_PLAN_REQUESTS. After (`check_schedule`, before prompt text and
-bodies exist): each prompt and output is at most MAX_TOKENS_PER_REQUEST, and the estimated memory of
+bodies exist): each prompt is at most MAX_PROMPT_TOKENS (the synthetic text's distinct words, plan/prompts.py),
+each output at most MAX_TOKENS_PER_REQUEST, and the estimated memory of
 rows and bodies (BYTES_PER_REQUEST + BYTES_PER_PROMPT_TOKEN per prompt token) is at most half of the
 machine's physical memory.
 """
@@ -15,9 +16,11 @@ import os
 import numpy as np
 
 from loadgen.config.workload import ConfigError, RunConfig
+from loadgen.plan.prompts import MAX_PROMPT_WORDS
 
 MAX_PLAN_REQUESTS = 10_000_000
 MAX_TOKENS_PER_REQUEST = 4_194_304      # 4 Mi tokens: beyond any context served today
+MAX_PROMPT_TOKENS = MAX_PROMPT_WORDS    # 1,048,573: a prompt's text is that many distinct words at most
 BYTES_PER_REQUEST = 2_048               # row object, plan arrays, body framing
 BYTES_PER_PROMPT_TOKEN = 6              # synthetic prompt text: a short word and a space per token
 _FIX = "lower --requests / --duration / --rate"
@@ -52,11 +55,11 @@ def check_schedule(prompt_tokens: np.ndarray, max_tokens: np.ndarray) -> None:
     n = len(prompt_tokens)
     if n > MAX_PLAN_REQUESTS:
         problems.append(f"the plan holds {n:,} requests; at most {MAX_PLAN_REQUESTS:,} are allowed: {_FIX}")
-    for name, flag, arr in (("prompt", "--prompt-tokens", prompt_tokens), ("output", "--max-tokens", max_tokens)):
+    for name, flag, arr, limit in (("prompt", "--prompt-tokens", prompt_tokens, MAX_PROMPT_TOKENS),
+                                   ("output", "--max-tokens", max_tokens, MAX_TOKENS_PER_REQUEST)):
         top = int(arr.max()) if n else 0
-        if top > MAX_TOKENS_PER_REQUEST:
-            problems.append(f"{flag}: a planned {name} of {top:,} tokens exceeds the {MAX_TOKENS_PER_REQUEST:,} "
-                            f"allowed per request")
+        if top > limit:
+            problems.append(f"{flag}: a planned {name} of {top:,} tokens exceeds the {limit:,} allowed per request")
     need = n * BYTES_PER_REQUEST + int(prompt_tokens.sum(dtype=np.int64) if n else 0) * BYTES_PER_PROMPT_TOKEN
     have = _physical_bytes()
     if have and need > have // 2 and not problems:

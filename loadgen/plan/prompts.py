@@ -49,6 +49,7 @@ from loadgen.errors import TokenizerError  # noqa: F401  (raised here; importabl
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pe", "di", "go", "ha", "ji", "fu", "be"]
 _SPACE = 16 ** 5
 _PRIME = 1_048_573  # largest prime below 16^5: the walk visits P distinct indices before repeating
+MAX_PROMPT_WORDS = _PRIME  # the longest synthetic text of distinct words: plan/limits.py bounds prompts by it
 _WS = re.compile(r"\S+")
 # Pieces tried, in order, when a real tokenizer needs a few more tokens than whole words give.
 _FILLERS = [" " + s for s in _SYLLABLES] + [" a", " I", " 1", " 2", " 3", " x", " y", " z", ".", ","]

@@ -18,6 +18,7 @@ columns only, so memory stays near the three int64 output columns; the JSONL rea
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
@@ -25,6 +26,7 @@ from typing import TypeGuard
 import numpy as np
 import orjson
 import polars as pl
+from loadgen.config.kinds import is_file
 from loadgen.errors import TraceError  # noqa: F401  (raised here; importable from here too)
 
 FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
@@ -81,7 +83,7 @@ def sniff(path: str | Path) -> str:
 
 def read(path: str | Path, fmt: str = "", *, skip_bad_rows: bool = False) -> Trace:
     p = Path(path)
-    if not p.is_file():
+    if not is_file(p):  # False, not OSError, for a name the system refuses (too long, a NUL byte)
         raise TraceError([f"{p}: no such trace file"])
     fmt = fmt or sniff(p)
     if fmt == "azure":
@@ -165,10 +167,11 @@ def _csv_by_line(p: Path, cols: tuple[str, ...]) -> tuple[pl.DataFrame | None, l
     strings with each row's line, and (line, why) of every row whose field count differs from the header's."""
     import csv
 
-    with open(p, newline="", encoding="utf-8", errors="replace") as f:
+    # surrogateescape: a byte that is not UTF-8 reads as a lone surrogate, which no UTF-8 text holds
+    with open(p, newline="", encoding="utf-8", errors="surrogateescape") as f:
         reader = csv.reader(f)
         width = len(next(reader, []))
-        if all(len(row) in (0, width) for row in reader):
+        if all(len(row) in (0, width) and not _undecodable(row) for row in reader):
             return None, []
         f.seek(0)
         reader = csv.reader(f)
@@ -184,10 +187,35 @@ def _csv_by_line(p: Path, cols: tuple[str, ...]) -> tuple[pl.DataFrame | None, l
             if len(row) != width:
                 ragged.append((first, f"has {len(row)} fields; the header has {width}"))
                 continue
+            if _undecodable(row):
+                ragged.append((first, f"is not UTF-8 text ({_undecodable(row)})"))
+                continue
             out["line"].append(first)
             for c, i in zip(cols, where):
                 out[c].append(row[i])
     return pl.DataFrame(out, schema={"line": pl.UInt32, **{c: pl.String for c in cols}}), ragged
+
+
+_SURROGATE = re.compile("[\udc80-\udcff]")
+
+
+def _undecodable(row: list[str]) -> str:
+    """'byte 0xff in field 2' for the first byte of a row (read with surrogateescape) that is not UTF-8,
+    '' when there is none."""
+    for i, text in enumerate(row, 1):
+        m = _SURROGATE.search(text)
+        if m:
+            return f"byte 0x{ord(m.group()) - 0xdc00:02x} in field {i}"
+    return ""
+
+
+def _not_utf8(line: bytes) -> str:
+    """'is not UTF-8 text (byte 0xff at column 7)' for a line that does not decode, else ''."""
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1})"
+    return ""
 
 
 def _nonempty(trace: Trace) -> Trace:
@@ -225,7 +253,7 @@ def _jsonl(p: Path, fmt: str, skip: bool) -> Trace:
                 obj = orjson.loads(line)
             except orjson.JSONDecodeError as e:
                 bad_lines.append(ln)
-                bad_reasons.append(f"not a JSON object ({e})")
+                bad_reasons.append(_not_utf8(line) or f"not a JSON object ({e})")
                 continue
             if not isinstance(obj, dict):
                 bad_lines.append(ln)

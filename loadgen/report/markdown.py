@@ -3,6 +3,7 @@ issue or a pull request. The same table specifications and number format as the 
 (tables.py), so every number equals the JSON report's value, rounded for reading."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,19 +12,36 @@ from loadgen.report import tables
 from loadgen.results.folder import Summary
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# Text that may come from the server (model names, error texts, version strings) or a user (names, paths)
+# is made inert: it cannot end a table cell (|), open a code span (`), emphasis (*), a link ([ ]), raw HTML
+# (<, as an entity: > alone opens nothing mid-line) or a new block (a line break); a backslash is escaped
+# first.
+_INERT = str.maketrans({"\\": "\\\\", "|": "\\|", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]",
+                        "<": "&lt;", "\n": " ", "\r": " "})
+
+
+def inert(text: object) -> str:
+    return str(text).translate(_INERT)
+
+
+def code(text: object) -> str:
+    """text as an inline code span: fenced by more backticks than its longest run of them (no escape works
+    inside a code span), on one line, a pipe escaped (GFM splits a table row at | before reading code)."""
+    t = str(text).replace("\r", " ").replace("\n", " ").replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", t)), default=0)
+    pad = " " if longest else ""
+    return f"{'`' * (longest + 1)}{pad}{t}{pad}{'`' * (longest + 1)}"
 
 
 def cell(c: tables.Cell, s: Mapping[str, Any]) -> str:
-    return _escape(tables.text(c, s) if isinstance(c, tables.Key) else c)
+    return inert(tables.text(c, s) if isinstance(c, tables.Key) else c)
 
 
 def table_md(t: tables.Table | None, s: Mapping[str, Any]) -> list[str]:
     if t is None:
         return []
-    lines = [f"**{t.title}**" + (f" ({_escape(t.note)})" if t.note else ""), "",
-             "| " + " | ".join(h or " " for h in t.headers) + " |",
+    lines = [f"**{inert(t.title)}**" + (f" ({inert(t.note)})" if t.note else ""), "",
+             "| " + " | ".join(inert(h) or " " for h in t.headers) + " |",
              "|" + "|".join(":--" if i == 0 else "--:" for i in range(len(t.headers))) + "|"]
     lines += ["| " + " | ".join(cell(c, s) for c in row) + " |" for row in t.rows]
     return lines + [""]
@@ -44,9 +62,9 @@ def _affected_md(s: Summary) -> list[str]:
 
 def _verdict_md(s: Summary) -> list[str]:
     if s.get("valid"):
-        return [f"**Valid run** (status `{s['run']['status']}`): the generator kept its schedule.", ""]
+        return [f"**Valid run** (status {code(s['run']['status'])}): the generator kept its schedule.", ""]
     return ["**INVALID run**: its figures do not describe the server, for these reasons:", "",
-            *(f"- {_escape(r)}" for r in s.get("invalid_reasons") or []), ""]
+            *(f"- {inert(r)}" for r in s.get("invalid_reasons") or []), ""]
 
 
 def diagnosis_md(s: Summary) -> list[str]:
@@ -55,15 +73,15 @@ def diagnosis_md(s: Summary) -> list[str]:
         return []
     if not findings:
         return ["**Diagnosis**: no rule fired.", ""]
-    return ["**Diagnosis**", "", *(f"- **{f['rule']}**: {_escape(f['finding'])} *Remedy:* {_escape(f['remedy'])}"
+    return ["**Diagnosis**", "", *(f"- **{inert(f['rule'])}**: {inert(f['finding'])} *Remedy:* {inert(f['remedy'])}"
                                    for f in findings), ""]
 
 
 def render_run(summary: Summary) -> str:
     s = summary
     t = tables
-    lines = [f"### loadgen report: {s['run'].get('name') or s['run']['path']}", "",
-             f"`{s['run']['path']}` against `{s['run']['target']}`", ""]
+    lines = [f"### loadgen report: {inert(s['run'].get('name') or s['run']['path'])}", "",
+             f"{code(s['run']['path'])} against {code(s['run']['target'])}", ""]
     lines += verdict_md(s)
     for table in (t.overview(s), t.errors(s), t.latency(s), t.decomposition(s, COMPONENTS), t.by_prompt(s),
                   t.server_crosscheck(s)):

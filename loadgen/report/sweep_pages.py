@@ -15,7 +15,7 @@ from pathlib import Path
 from loadgen.analysis.compare import REASON_SHORT
 from loadgen.report import tables
 from loadgen.report.html import key_span, page, table_html
-from loadgen.report.markdown import table_md
+from loadgen.report.markdown import code, inert, table_md
 from loadgen.report.svg import COMPONENT_COLORS, PALETTE, Cdf, Series, cdf_chart, interval_chart, line_chart
 from loadgen.report import figures
 from loadgen.results.folder import ResultsError, read_run
@@ -160,8 +160,8 @@ def sweep_html(d: dict) -> str:
 
 def sweep_md(d: dict) -> str:
     sw = d.get("sweep", {})
-    lines = [f"### loadgen sweep: {sw.get('workload')}", "", f"`{sw.get('path')}` · mode {sw.get('mode')} · "
-             f"status {sw.get('status')}", ""]
+    lines = [f"### loadgen sweep: {inert(sw.get('workload'))}", "", f"{code(sw.get('path'))} · mode "
+             f"{inert(sw.get('mode'))} · status {inert(sw.get('status'))}", ""]
     lines += table_md(knee_table(d), d) + table_md(sweep_table(d), d)
     if spread_table(d) is not None:
         lines += table_md(spread_table(d), d)
@@ -266,8 +266,8 @@ def _invalid_md(d: dict) -> list[str]:
     lines = []
     for x in d.get("invalid_inputs") or []:
         at = f" (point {tables.show(x['rate_per_s'])}/s)" if x.get("rate_per_s") is not None else ""
-        lines.append(f"**INVALID INPUT**: {x.get('side')} `{x.get('run')}`{at} is {x.get('status')}: "
-                     + "; ".join(str(r) for r in x.get("invalid_reasons") or []))
+        lines.append(f"**INVALID INPUT**: {inert(x.get('side'))} {code(x.get('run'))}{at} is "
+                     f"{inert(x.get('status'))}: " + "; ".join(inert(r) for r in x.get("invalid_reasons") or []))
     if d.get("rules_not_evaluated"):
         lines.append("The --fail-if rules were not evaluated (--allow-invalid evaluates them).")
     return [*lines, ""] if lines else []
@@ -321,13 +321,13 @@ def compare_html(d: dict, *, read_runs: bool = True) -> str:
 
 
 def compare_md(d: dict) -> str:
-    lines = _invalid_md(d) + [f"### loadgen compare: baseline `{d.get('baseline')}`", ""]
-    lines += [f"- **FAILED** {r}" for r in d.get("failed_rules") or []]
+    lines = _invalid_md(d) + [f"### loadgen compare: baseline {code(d.get('baseline'))}", ""]
+    lines += [f"- **FAILED** {inert(r)}" for r in d.get("failed_rules") or []]
     for i, c in enumerate(d.get("comparisons", [])):
-        lines += ["", f"**B `{c.get('b')}` vs A `{c.get('a')}`**", ""]
+        lines += ["", f"**B {code(c.get('b'))} vs A {code(c.get('a'))}**", ""]
         diffs = (c.get("same_work") or {}).get("differences") or []
         if diffs:
-            lines += ["Not the same work: " + ", ".join(str(x.get("field")) for x in diffs), ""]
+            lines += ["Not the same work: " + ", ".join(inert(x.get("field")) for x in diffs), ""]
         if c.get("variance"):
             lines += [f"variance: {c['variance']}", ""]
         lines += table_md(metrics_table(c, i), d)

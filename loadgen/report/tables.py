@@ -47,10 +47,16 @@ def text(c: Key, summary: Mapping[str, Any]) -> str:
     v = lookup(summary, c.path)
     if c.pct and v is not None:
         # an interval may be [None, None] (compare's within-noise metrics): shown as "-"
-        return (" – ".join("-" if x is None else f"{x * 100:+.1f}%" for x in v) if isinstance(v, list)
-                else f"{v * 100:+.1f}%")
+        return " – ".join(_pct(x) for x in v) if isinstance(v, list) else _pct(v)
     if c.scale != 1.0 and isinstance(v, (int, float)) and not isinstance(v, bool):
         return show(float(v) * c.scale)
+    return show(v)
+
+
+def _pct(v) -> str:
+    # a fraction as a signed percentage; no value (a side without a successful request: null) is "-"
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f"{v * 100:+.1f}%"
     return show(v)
 
 

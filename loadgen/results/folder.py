@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypedDict, get_origin, get_type_hints
 
 import numpy as np
 import orjson
 import polars as pl
 
 from loadgen.config.credentials import REDACTED, scrub, sent_secrets
+from loadgen.config.kinds import is_file
 from loadgen.errors import ResultsError as ResultsError  # raised here; importable from here too
 from loadgen.errors import StorageError
 from loadgen.client.recorder import TIME_FIELDS, Row
@@ -505,14 +506,37 @@ def saved_row_count(path: str | Path) -> int:
     return n
 
 
+def manifest_problems(manifest: Any) -> list[str]:
+    """What makes a parsed manifest.json unusable: not an object, or a key of Manifest holding another JSON
+    type than Manifest declares (null is allowed where the key is optional). Absent keys are not problems:
+    a killed run's first manifest lacks most of them."""
+    if not isinstance(manifest, dict):
+        return [f"must be a JSON object, got {type(manifest).__name__}"]
+    hints, required = get_type_hints(Manifest), Manifest.__required_keys__
+    problems = []
+    for key, value in manifest.items():
+        if key not in hints or (value is None and key not in required):
+            continue
+        want = get_origin(hints[key]) or hints[key]
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            problems.append(f"{key} must be a JSON {_JSON_TYPE.get(want, want.__name__)}, got {value!r:.60}")
+    return problems
+
+
+_JSON_TYPE = {dict: "object", list: "array", str: "string", int: "integer"}
+
+
 def read_run(path: str | Path) -> Run:
     p = Path(path)
-    if not (p / "manifest.json").is_file():
+    if not is_file(p / "manifest.json"):  # also a name the system refuses (too long, a NUL byte)
         raise ResultsError(f"{p}: not a loadgen results folder (no manifest.json)")
     try:
         manifest = orjson.loads((p / "manifest.json").read_bytes())
     except orjson.JSONDecodeError as e:
         raise ResultsError(f"{p / 'manifest.json'}: not valid JSON: {e}") from None
+    problems = manifest_problems(manifest)
+    if problems:
+        raise ResultsError(f"{p / 'manifest.json'}: not a loadgen manifest: {'; '.join(problems)}")
     try:
         if (p / "requests.parquet").is_file():
             requests = pl.read_parquet(p / "requests.parquet")

@@ -135,6 +135,9 @@ def test_trace_replay_chat(llama, tmp_path):
     assert decomposition(out)["method"].unique().to_list() == ["server_timings"]
 
 
+HOST_SHARE = 0.5   # what the host may add to the short prompt's TTFT before the client's ratio is not the server's
+
+
 def test_ttft_grows_with_prompt_length_much_more_than_decode(llama, tmp_path):
     # One stream at a time (constant arrivals far apart), prompts alternating 200 and 2000 tokens.
     # The seeds' claim, "TTFT grows with prompt length while per-token decode barely changes", holds
@@ -150,19 +153,36 @@ def test_ttft_grows_with_prompt_length_much_more_than_decode(llama, tmp_path):
         [output]
         tokens = 32
         """)
+    # The premise: what the client sees is the server's work. The client's TTFT is llama-server's own
+    # prompt time (its `timings.prompt_ms`, server_prefill_ms) plus what the host added (the network, the
+    # client or the server waiting for a CPU on a busy machine). Where the host added more than HOST_SHARE
+    # of the short prompt's own prompt time, the client's ratio measures the host, not the server: the
+    # claim is then judged on the server's own timings (prompt time, and decode per token from
+    # `timings.predicted_ms`), with the same thresholds, and the host's share is recorded.
     r, _ = run(llama, wl, tmp_path / "lengths", "--requests", "8")
-    df = check_rows(r, 8, 32)
+    df = check_rows(r, 8, 32).with_columns(
+        (pl.col("ttft_from_send_ms") - pl.col("server_prefill_ms")).alias("host"),
+        (pl.col("server_decode_ms") / (pl.col("output_tokens") - 1)).alias("server_tpot"))
+    assert (df["host"] > -1.0).all(), df[["ttft_from_send_ms", "server_prefill_ms"]]  # 1 ms: llama's rounding
     by = df.group_by("prompt_tokens").agg(pl.col("ttft_from_send_ms").median().alias("ttft"),
                                           pl.col("server_prefill_ms").median().alias("prefill"),
+                                          pl.col("host").median().alias("host"),
+                                          pl.col("server_tpot").median().alias("server_tpot"),
                                           pl.col("tpot_ms").median().alias("tpot")).sort("prompt_tokens")
     short, long_ = by.row(0, named=True), by.row(1, named=True)
-    ttft_ratio, decode_ratio = long_["ttft"] / short["ttft"], long_["tpot"] / short["tpot"]
-    assert ttft_ratio > 5 and long_["prefill"] > 5 * short["prefill"], by
-    assert ttft_ratio > 2 * decode_ratio, by
+    host_share = max(short["host"], 0.0) / short["prefill"]
+    seen = "client" if host_share <= HOST_SHARE else "server"
+    ttft, tpot = ("ttft", "tpot") if seen == "client" else ("prefill", "server_tpot")
+    ttft_ratio, decode_ratio = long_[ttft] / short[ttft], long_[tpot] / short[tpot]
+    assert long_["prefill"] > 5 * short["prefill"], by
+    assert ttft_ratio > 5, (seen, host_share, by)
+    assert ttft_ratio > 2 * decode_ratio, (seen, host_share, by)
+    FIGURES["lengths test judged on (host share of the short TTFT)"] = (seen, round(host_share, 2))
     for row in (short, long_):
         FIGURES[f"one stream, {row['prompt_tokens']}-token prompt: TTFT ms / prompt_ms / decode ms per token"] = (
             round(row["ttft"], 1), round(row["prefill"], 1), round(row["tpot"], 2))
-    FIGURES["2000 vs 200 tokens: TTFT ratio / decode-per-token ratio"] = (round(ttft_ratio, 1), round(decode_ratio, 2))
+    FIGURES[f"2000 vs 200 tokens, {seen} timings: TTFT ratio / decode-per-token ratio"] = (round(ttft_ratio, 1),
+                                                                                        round(decode_ratio, 2))
 
 
 def test_queueing_beyond_slots(llama, tmp_path):

@@ -11,6 +11,8 @@ intercept (overhead + weights) and the per-sequence cost within 15 %, the KV-rea
 """
 from __future__ import annotations
 
+import urllib.request
+
 import orjson
 import pytest
 
@@ -52,17 +54,48 @@ def fitted(tmp_path_factory):
     with SimProcess(args=["--profile", str(d / "target.toml"), "--speed", str(SPEED), "--emulate", "llamacpp"]) as sim:
         p = loadgen("fit", "--url", sim.url, "--out", str(d / "fitted.toml"), "--format", "json", "--budget", "90s",
                     "--rounds", "3", timeout=200)
+        late = emit_lateness(sim.url)
     assert p.returncode == 0, p.stderr[-3000:]
-    return d, orjson.loads(p.stdout)
+    return d, orjson.loads(p.stdout), late
+
+
+# The premise of a fit within 15 %: a server that keeps its speed. The simulator measures how late it sent
+# each token against its own schedule (loadgen_sim_emit_lateness_seconds); a token sent later than
+# LATE_S carries an error beyond the per-sequence tolerance (15 % of 1 ms of real time at SPEED 0.25), so
+# when more than LATE_SHARE of them were, the host did not let the simulator keep its speed: the
+# coefficients are then not judged (said as a skip with the figures), the fit's own checks still are.
+LATE_S = 1e-4
+LATE_SHARE = 0.02
+
+
+def emit_lateness(url: str) -> dict:
+    """{"emits", "late" (sent more than LATE_S after due), "mean_s"} from the simulator's /metrics."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    name = "loadgen_sim_emit_lateness_seconds"
+    count = sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(f"{name}_count"))
+    total = sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(f"{name}_sum"))
+    on_time = sum(float(x.split()[-1]) for x in text.splitlines()
+                  if x.startswith(f"{name}_bucket") and f'le="{LATE_S}"' in x)
+    assert count > 0 and f'le="{LATE_S}"' in text, text[-2000:]  # the premise is measured, not assumed
+    return {"emits": count, "late": count - on_time, "mean_s": total / count}
+
+
+def _premise(late: dict) -> None:
+    if late["late"] > LATE_SHARE * late["emits"]:
+        pytest.skip(f"the host did not let the simulator keep its speed: {late['late']:.0f} of {late['emits']:.0f} "
+                    f"tokens sent more than {LATE_S * 1e6:.0f} us late (mean {late['mean_s'] * 1e6:.0f} us); "
+                    f"the fit's coefficients are judged only on a host that allows it")
 
 
 def test_fit_recovers_the_simulators_step_model(fitted):
-    d, report = fitted
+    d, report, late = fitted
     truth = coefficients(load_profile(str(d / "target.toml")))
     got = coefficients(load_profile(str(d / "fitted.toml")))
     assert report["form"] == "roofline", report
     assert report["limits"] == {"max_num_seqs": 8, "max_model_len": 4096, "max_num_batched_tokens": 2048}
     assert report["request_overhead_source"] == "server timings"
+    print(f"simulator lateness: {late}")
+    _premise(late)
 
     def close(a, b, rel):
         return abs(a - b / SPEED) <= rel * b / SPEED
@@ -76,7 +109,7 @@ def test_fit_recovers_the_simulators_step_model(fitted):
 
 
 def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):
-    d, _ = fitted
+    d, _, _ = fitted
     with SimProcess(args=["--profile", str(d / "fitted.toml"), "--emulate", "llamacpp"]) as sim:
         p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "again.toml"), "--budget", "60s", "--rounds", "3",
                    timeout=120)

@@ -80,3 +80,42 @@ def test_sim_args_are_split_like_a_shell(sim_args, expect):
 
     args = build_parser().parse_args(_glue_sim_args(["run", W, "--sim-args", sim_args]))
     assert config.load(W, values(args)).sim_args == expect
+
+
+# Issue 25 item 5, through the parser too: `loadgen schedule` with every one of its flags given a hostile
+# text exits 0 (a plan) or 2 with a message on stderr (argparse's own exit 2 included), never a traceback.
+# --requests and --duration draw only from the fixed list: a random 7-digit count would plan for minutes.
+SIZE_FLAGS = {"--requests", "--duration", "--rate"}
+
+
+def _schedule_flags():
+    from hypothesis import strategies as st
+
+    from loadgen.config.options import OPTIONS, SCHEDULE
+    from tests.unit.test_properties import HOSTILE_TEXT
+
+    fixed = st.sampled_from(["", "-1", "0", "nan", "inf", "1e400", str(2**63), str(2**64 + 1), "²", "0s", "x"])
+    flags = [o for o in OPTIONS if o.flag and SCHEDULE in o.commands]
+    return st.lists(st.sampled_from(flags).flatmap(
+        lambda o: st.tuples(st.just(o), fixed if o.flag in SIZE_FLAGS else HOSTILE_TEXT)), min_size=1, max_size=3)
+
+
+def test_schedule_with_hostile_flags_exits_0_or_2_with_a_message(capsys):
+    from hypothesis import given, settings, HealthCheck
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(picks=_schedule_flags())
+    def check(picks):
+        argv = ["schedule", "--rate", "50/s", "--prompt-tokens", "8", "--max-tokens", "4", "--requests", "5"]
+        for o, text in picks:
+            argv += [o.flag] if o.switch else [f"{o.flag}={text}"]
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse: an unknown choice, a value it cannot take
+            code = e.code
+        out, err = capsys.readouterr()
+        assert code in (0, 2), (argv, code, err)
+        assert (code == 0 and out) or (code == 2 and err.strip()), (argv, err)
+        assert "Traceback" not in err
+
+    check()

@@ -5,13 +5,17 @@ skip_bad_rows every row is either kept or counted. Never another exception."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from loadgen.config import sections
 from loadgen.config import workload as config
+from loadgen.config.options import OPTIONS
 from loadgen.plan import traces
+from loadgen.plan.limits import check_config, check_schedule
 from loadgen.config.workload import ConfigError
 from loadgen.plan.schedule import build
 from loadgen.plan.traces import TraceError
@@ -159,3 +163,109 @@ def test_any_trace_reads_or_names_its_lines(tmp_path, fmt, rows, data):
         assert len(t) + sum(t.skipped.values()) == n
         if not skip:
             assert not t.skipped.get("bad_rows")
+
+
+# Issue 25 item 5: every flag of the option table and every workload key, drawn with hostile values (huge,
+# negative, NaN, inf, the wrong type, empty): loading names the problem (ConfigError) or gives a config that
+# plans (or whose plan is refused by name). Never another exception. In process, no subprocess: cheap.
+HUGE = st.sampled_from([2**63 - 1, 2**63, 2**64 + 1, -(2**63) - 1, 10**30, -1, 0])
+HOSTILE_VALUE = st.one_of(
+    HUGE, st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([math.nan, math.inf, -math.inf, 1e308]),
+    st.booleans(), st.sampled_from(["", " ", "x", "nan", "inf", "-inf", "1e400s", "0s", "-5s", "nan/s", "²", "1..0"]),
+    st.text(max_size=6), st.just([]), st.lists(st.one_of(HUGE, st.floats(), st.text(max_size=3)), max_size=3),
+    st.just({}), st.fixed_dictionaries({"dist": st.sampled_from(["normal", "lognormal", "uniform", "mixture"])},
+                                       optional={"mean": st.floats(), "sd": st.floats(), "median": st.floats(),
+                                                 "sigma": st.floats(), "min": HUGE, "max": HUGE,
+                                                 "components": st.just([{"weight": math.inf, "value": 3}])}))
+HOSTILE_TEXT = st.one_of(
+    HUGE.map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text(max_size=8),
+    st.sampled_from(["", " ", "-1", "0", "nan", "inf", "-inf", "1e400", "0s", "1e400s", "-5s", "nan/s", "inf/s",
+                     "1%", "150%", "²", "1..0", "4..18446744073709551617", "http://[::1", "http://h:0", "K: V",
+                     "ttft=nan", "ttft=0ms", "auto", "x" * 300]))
+GOOD_WORKLOAD = {"arrivals": {"rate": "50/s"}, "run": {"requests": 5}, "prompt": {"tokens": 8},
+                 "output": {"tokens": 4}}
+WORKLOAD_KEYS = sorted((t, k) for t, keys in sections.KEYS.items() for k in keys)
+FLAG_OPTIONS = [o for o in OPTIONS if o.flag]
+DRAWN: dict[str, int] = {"workload values": 0, "flag values": 0}
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else repr(v))
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    return _toml(v)
+
+
+def _document(w: dict) -> str:
+    top = [f"{k} = {_toml_value(v)}" for k, v in w.items() if not isinstance(v, dict)]
+    tables = [f"[{k}]\n" + "\n".join(f"{json.dumps(kk)} = {_toml_value(vv)}" for kk, vv in v.items())
+              for k, v in w.items() if isinstance(v, dict)]
+    return "\n".join(top + tables) + "\n"
+
+
+def _plans_or_names_its_problem(load) -> str:
+    """load() -> RunConfig: it loads and plans, or a ConfigError names each problem; what happened."""
+    try:
+        cfg = load()
+        check_config(cfg)
+        if (cfg.requests or 0) > 2_000 or cfg.duration_ns is not None or cfg.session is not None:
+            return "loaded (too big to plan cheaply)"
+        s = build(cfg)
+        check_schedule(s.prompt_tokens, s.max_tokens)
+    except ConfigError as e:
+        assert e.problems and all(isinstance(x, str) and x.strip() for x in e.problems)
+        return "refused by name"
+    assert np.all(s.prompt_tokens >= 1) and np.all(s.max_tokens >= 1)
+    return "planned"
+
+
+@SETTINGS
+@given(picks=st.lists(st.tuples(st.sampled_from(WORKLOAD_KEYS), HOSTILE_VALUE), min_size=1, max_size=3))
+def test_every_workload_key_with_hostile_values(tmp_path, picks):
+    w = {t: dict(v) for t, v in GOOD_WORKLOAD.items()}
+    for (table, key), value in picks:
+        (w.setdefault(table, {}) if table and isinstance(w.get(table, {}), dict) else w)[key] = value
+        DRAWN["workload values"] += 1
+    p = tmp_path / "w.toml"
+    p.write_text(_document(w))
+    event(_plans_or_names_its_problem(lambda: config.load(p)))
+
+
+@SETTINGS
+@given(picks=st.lists(st.tuples(st.sampled_from(FLAG_OPTIONS), HOSTILE_TEXT), min_size=1, max_size=3),
+       with_file=st.booleans())
+def test_every_flag_with_hostile_values(tmp_path, picks, with_file):
+    # values as argparse gives them: text, True for a switch, a list for a repeated flag
+    given = {o.flag: (True if o.switch else [text] if o.repeat else text) for o, text in picks}
+    DRAWN["flag values"] += len(given)
+    w = None
+    if with_file:
+        w = tmp_path / "w.toml"
+        w.write_text(_document(GOOD_WORKLOAD))
+    else:
+        given = {"--rate": "50/s", "--prompt-tokens": "8", "--max-tokens": "4", "--requests": "5", **given}
+    event(_plans_or_names_its_problem(lambda: config.load_run(w, given)[0]))
+
+
+FIELD_OPTIONS = [o for o in OPTIONS if o.field and not o.client and "." not in o.field]
+
+
+@SETTINGS
+@given(picks=st.lists(st.tuples(st.sampled_from(FIELD_OPTIONS), HOSTILE_VALUE), min_size=1, max_size=2))
+def test_with_overrides_checks_every_field_it_is_given(picks):
+    # a field set after loading (the sweep's rate, the worker count) gets its row's check: NaN, inf, a
+    # value beyond int64 and the wrong type are refused by name, never planned
+    base = config.load_run(None, {"--rate": "50/s", "--prompt-tokens": "8", "--max-tokens": "4",
+                                  "--requests": "5"})[0]
+    changes = {o.field: v for o, v in picks}
+    DRAWN["flag values"] += len(changes)
+    event(_plans_or_names_its_problem(lambda: config.with_overrides(base, "test", **changes)))
+
+
+def test_zz_the_hostile_draws_were_made():
+    # after the three properties above (file order): how many hostile values they drew, for the record
+    print(f"\nhostile values drawn: {DRAWN}")
+    assert DRAWN["workload values"] >= SETTINGS.max_examples and DRAWN["flag values"] >= SETTINGS.max_examples
