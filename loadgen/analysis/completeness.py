@@ -5,8 +5,8 @@ flushed parts and a manifest whose status is still `running`.
 {"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
 s from t0), "alive" (the run's process still exists on this host: the run is still going), "write_error"
 (manifest.write_error: a run stopped because its results could not be written, e.g. a full disk; else
-None), "workers" (a
---workers/--ray run: how many workers its driver had, whose shares under _parts/ were read; else None)} and `reason` puts it in one sentence for the report's invalid reasons.
+None), "workers" (a --workers/--ray run: how many workers its driver had, whose shares under _parts/ were
+read; else None)} and `reason` puts it in one sentence for the report's invalid reasons.
 """
 from __future__ import annotations
 

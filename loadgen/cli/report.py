@@ -79,8 +79,9 @@ def _repeats_report(args: argparse.Namespace, rec: dict) -> int:
         return ExitCode.USAGE
     text = (orjson.dumps(rec, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
             else repeats.to_text(rec))
-    if args.out:
-        Path(args.out).write_text(text)
+    out = out_file(args)  # never over a run's own files, nor an existing file without --overwrite
+    if out:
+        write_out(out, text.encode())
     else:
         sys.stdout.write(text)
     return ExitCode.OK

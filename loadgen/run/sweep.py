@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -299,11 +298,8 @@ def point_record(out: Path, entry: dict, spec: SweepSpec) -> dict:
     if is_repeats(folder):
         runs = [point_record(out, {**entry, "dir": f"{entry['dir']}/{r['dir']}", "status": r["status"]}, spec)
                 for r in orjson.loads((folder / "repeats.json").read_bytes())["runs"]]
-        rec = mean_record(runs) | {"dir": entry["dir"], "status": entry["status"]} | point_repeats(folder, runs)
-        rec["keeps_up"] = keeps_up(rec, spec.tolerance)
-        if spec.slo_ms:
-            rec["meets_attainment"] = meets_attainment(rec, spec.attainment)
-        return rec
+        # judged like any point (judge), on its repeats' means
+        return mean_record(runs) | {"dir": entry["dir"], "status": entry["status"]} | point_repeats(folder, runs)
     s = orjson.loads((folder / "summary.json").read_bytes())
     run = read_run(folder)
     rows = run.requests
