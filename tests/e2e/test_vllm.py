@@ -8,8 +8,8 @@ server. Figures land in conftest.FIGURES.
 
 The shipped multi-turn-chat.toml and shared-system-prompt.toml are run as they are, shortened by flags, and
 exact (templates, system prompts and histories counted whole); a short sweep past vLLM's saturation names
-TPOT growth at its top point (analysis/knee.py). Left to the helpers building it (issue 23): a second
-identical run still cold (prefix-cache hit rate from vLLM's counters). Per-request server timings:
+TPOT growth at its top point (analysis/knee.py); a second identical run is still cold by vLLM's own
+prefix-cache counters, and only a run given the first one's salt hits. Per-request server timings:
 test_vllm_per_request.py; compare of --max-num-seqs 2 vs 16: the same module (2, then 16 seats).
 """
 from __future__ import annotations
@@ -73,8 +73,8 @@ def workload(tmp_path, name: str, api: str, body: str) -> str:
 
 
 def fresh_seed() -> str:
-    # vLLM caches prefixes by default and one seed gives the same prompt texts: until runs are salted
-    # (issue 23 item 2) a fresh seed keeps every run cold. Checked by prefix_cache_hits where it matters.
+    # every run draws its own prompt salt (plan/bodies.py), so the same seed is cold too
+    # (test_a_second_identical_run_is_still_cold); a fresh seed also varies the lengths and times.
     return str(int.from_bytes(os.urandom(4), "little"))
 
 
@@ -315,3 +315,40 @@ def test_sweep_sees_overload_as_tpot_growth(vllm, tmp_path):
     FIGURES["vllm sweep: rates, saturated_by per point, knee, stopped"] = (
         rates, [x["saturated_by"] for x in pts], summary["knee"]["rate_per_s"], stopped)
     FIGURES["vllm sweep: prefix-cache hit rate at the base and top points (shared seed)"] = hits
+
+
+def test_a_second_identical_run_is_still_cold(vllm, tmp_path):
+    # vLLM caches prefixes by default. The same workload and seed twice: each run draws its own prompt salt,
+    # so vLLM's own counters (manifest.prefix_cache, read just before t0 and after the run) see ~no hits
+    # the second time; the first run's salt given again (--prompt-salt) sends the same texts, and hits.
+    wl = workload(tmp_path, "cold", "completions", """
+        [arrivals]
+        process = "poisson"
+        rate = "3/s"
+        [prompt]
+        tokens = { dist = "cycle", values = [128, 256] }
+        [output]
+        tokens = 16
+        """)
+    flags = ("--requests", "12", "--no-calibrate")
+    first, _ = run(vllm, wl, tmp_path / "first", *flags, seed="11")
+    second, _ = run(vllm, wl, tmp_path / "second", *flags, seed="11")
+    salt = first.manifest["config"]["prompt_salt"]
+    assert salt is not None and second.manifest["config"]["prompt_salt"] != salt
+    assert (first.requests["planned_prompt_tokens"] == second.requests["planned_prompt_tokens"]).all()
+    warm, _ = run(vllm, wl, tmp_path / "warm", *flags, "--prompt-salt", str(salt), seed="11")
+    cache = {name: r.manifest["prefix_cache"] for name, r in (("first", first), ("second", second), ("warm", warm))}
+    assert all(c["source"] and c["queried_tokens"] > 0 for c in cache.values()), cache
+    assert cache["second"]["hit_rate"] < 0.05 and cache["warm"]["hit_rate"] > 0.5, cache
+    s2, s3 = report(tmp_path / "second")["prefix_cache"], report(tmp_path / "warm")["prefix_cache"]
+    assert s2["expected_hit_rate"] == 0.0 and s2["mismatch"] is None, s2
+    assert "the cache was warm" in (s3["mismatch"] or ""), s3
+    same = loadgen("compare", str(tmp_path / "first"), str(tmp_path / "second"))
+    differs = loadgen("compare", str(tmp_path / "first"), str(tmp_path / "warm"))
+    assert same.returncode == differs.returncode == 0, differs.stderr
+    assert "prefix-cache hit rate differs" not in same.stdout, same.stdout
+    assert "prefix-cache hit rate differs" in differs.stdout, differs.stdout
+    ttft = {n: metrics.latency_columns(r.requests)["ttft"].median() for n, r in
+            (("first", first), ("second", second), ("warm", warm))}
+    FIGURES["vllm cold rerun: hit rate first/second/warm"] = [round(c["hit_rate"], 3) for c in cache.values()]
+    FIGURES["vllm cold rerun: TTFT p50 ms first/second/warm"] = [round(v, 1) for v in ttft.values()]
