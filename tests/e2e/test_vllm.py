@@ -66,6 +66,7 @@ def workload(tmp_path, name: str, api: str, body: str) -> str:
         # data checks on a shared 2-core machine (vLLM holds one core): the self-check's rules are
         # unit-tested (test_selfcheck.py) and must not turn these into exit 3
         max_send_lag_p99 = "10s"
+        max_lag_share = 1
         max_rate_deviation = 10
         max_cv_deviation = 100
         """) + textwrap.dedent(body) + EXTRA)
@@ -225,7 +226,7 @@ def test_trace_replay_chat(vllm, tmp_path):
 
 
 # the shipped files' self-check thresholds are for a quiet client host; this one is a shared 2-core machine
-LAX = ("--max-send-lag-p99", "10s", "--max-rate-deviation", "10", "--max-cv-deviation", "100")
+LAX = ("--max-send-lag-p99", "10s", "--max-lag-share", "1", "--max-rate-deviation", "10", "--max-cv-deviation", "100")
 
 
 def check_sessions_exact(r, n: int) -> pl.DataFrame:
