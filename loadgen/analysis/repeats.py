@@ -130,7 +130,10 @@ def repeats_record(folder: Path, runs: list[dict], summaries: list[dict], note: 
 
 
 def is_repeats(path: str | Path) -> bool:
-    return (Path(path) / REPEATS_JSON).is_file()
+    try:
+        return (Path(path) / REPEATS_JSON).is_file()
+    except OSError:  # a name the system refuses (too long): not a repeats folder; read_run then says why
+        return False
 
 
 def read(path: str | Path) -> dict:

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from loadgen.cli.common import EXAMPLES, RAW, SLO_HELP, add_out, out_file, slo, write_out
-from loadgen.errors import ExitCode
+from loadgen.errors import ExitCode, StorageError
 
 
 def add_parser(sub) -> None:
@@ -93,6 +93,6 @@ def _save(run, summary, decomposition) -> None:
     try:
         run.write_decomposition(decomposition)
         run.write_summary(summary)
-    except OSError as e:
+    except (StorageError, OSError) as e:  # StorageError: results/folder.py's durable writes
         print(f"warning: {run.path}: summary.json and decomposition.parquet not saved ({e.strerror or e}); "
               f"the report below is complete", file=sys.stderr)

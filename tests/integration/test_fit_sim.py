@@ -60,11 +60,14 @@ def fitted(tmp_path_factory):
 
 
 # The premise of a fit within 15 %: a server that keeps its speed. The simulator measures how late it sent
-# each token against its own schedule (loadgen_sim_emit_lateness_seconds); a token sent later than
-# LATE_S carries an error beyond the per-sequence tolerance (15 % of 1 ms of real time at SPEED 0.25), so
-# when more than LATE_SHARE of them were, the host did not let the simulator keep its speed: the
-# coefficients are then not judged (said as a skip with the figures), the fit's own checks still are.
-LATE_S = 1e-4
+# each token against its own schedule (loadgen_sim_emit_lateness_seconds). A lateness common to every token
+# cancels in the step-time differences the fit reads; one of a whole step (about 1 ms of real time at
+# SPEED 0.25) moves a step into the next and biases the slopes. So when more than LATE_SHARE of the tokens
+# were sent more than LATE_S late, the host did not let the simulator keep its speed: the coefficients are
+# then not judged (said as a skip with the figures), the fit's own checks still are. (On a quiet 2-core
+# host the mean lateness is ~0.35 ms with almost every token within 1 ms, and the fit holds: a 0.1 ms
+# bound skipped there every time.)
+LATE_S = 1e-3
 LATE_SHARE = 0.02
 
 

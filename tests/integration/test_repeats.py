@@ -45,7 +45,9 @@ def test_the_folder_holds_every_repeat_and_the_same_plan(runs):
     rec = repeats.read(a)
     assert rec["repeats"] == 3 and [r["dir"] for r in rec["runs"]] == ["repeat-1", "repeat-2", "repeat-3"]
     assert all(r["status"] == "complete" and r["valid"] for r in rec["runs"])
-    assert "same prompt text" in rec["note"]
+    assert "each has its own prompt text" in rec["note"], rec["note"]   # a salt per run (plan/bodies.py)
+    salts = [orjson.loads((a / r["dir"] / "manifest.json").read_bytes())["config"]["prompt_salt"] for r in rec["runs"]]
+    assert len(set(salts)) == 3, salts
     plans = []
     for k in (1, 2, 3):
         d = a / f"repeat-{k}"
