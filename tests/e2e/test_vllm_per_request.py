@@ -150,6 +150,12 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
     c = orjson.loads(p.stdout)["comparisons"][0]
     assert c["same_work"]["same"], c["same_work"]
     ttft = {m["stat"]: m for m in c["metrics"] if m["metric"] == "ttft"}
+    floor = c.get("noise_floor") or {}
+    if any("below_noise_floor" in ttft[s]["reasons"] for s in ("mean", "p50")):
+        # compare's own premise: the client's loop lateness (its noise floor) below the effect; a host that
+        # stalled the client this much gets "indistinguishable", rightly, and the test cannot judge the cause
+        pytest.skip(f"the client's loop lateness p99 ({floor.get('ms')} ms, {floor.get('source')}) is a noise "
+                    f"floor above the TTFT change on this host: {ttft['mean']['why']}")
     assert ttft["mean"]["verdict"] == "better" and ttft["p50"]["verdict"] == "better", ttft
     cause = c["ttft_cause"]
     assert cause["cause"] == "queueing" and cause["verdict"] == "better", cause
