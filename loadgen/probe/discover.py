@@ -152,8 +152,8 @@ def context_limit(url: str, headers: dict[str, str], served: Served, model: str,
     props, _ = _get_json(url, "/props", headers, tls, timeout_s)
     if isinstance(props, dict):
         where = redact_url(_base(url)) + "/props"
-        slots = _whole(props.get("total_slots")) or 1
-        per_slot = _whole(_dict(props.get("default_generation_settings")).get("n_ctx"))
+        published = published_limits(None, props)  # the one reader of llama.cpp's slots and per-slot context
+        slots, per_slot = published["slots"] or 1, published["ctx_per_slot"]
         if per_slot:
             return per_slot, f"default_generation_settings.n_ctx (per slot) in {where}"
         total = _whole(props.get("n_ctx")) or _whole(_dict(entry.get("meta")).get("n_ctx"))
