@@ -146,8 +146,11 @@ class ClosedLoopRunner(Runner):
             self._all_started.set()
 
     def _in_run(self, i: int) -> bool:
-        return i < self._next and i not in self._refused
+        # bounded by requests, every row is the run's (one not yet taken at a stop is cancelled)
+        return self.deadline_ns is None or (i < self._next and i not in self._refused)
 
     def unreached(self) -> list[Row]:
         """The pool's rows that are not the run's (module docstring): never taken, or caught by the deadline."""
+        if self.deadline_ns is None:
+            return []
         return [self.rows[i] for i in (*sorted(self._refused), *range(self._next, len(self.rows)))]

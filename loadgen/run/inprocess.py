@@ -417,7 +417,10 @@ def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_
     elapsed_s = max(1e-9, (now_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
     p50 = f"{metrics.quantiles(np.asarray(ttfts), (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
-    return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
+    # a duration-bounded closed loop sends what its users reach of its pool (closedloop.py)
+    sent = (f"{runner.dispatched} (pool {total})" if getattr(runner, "deadline_ns", None) is not None
+            else f"{runner.dispatched}/{total}")
+    return (f"[{elapsed_s:7.1f}s] sent {sent}  done {recorder.done}  "
             f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
             f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
 

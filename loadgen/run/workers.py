@@ -71,7 +71,8 @@ def count_for(config: RunConfig, schedule: Schedule) -> int:
     the closed loop's users or the --max-concurrency slots (each worker needs one)."""
     n = config.workers
     if not n:
-        rate = schedule.offered_rate_per_s() or 0.0
+        rate = schedule.offered_rate_per_s()
+        rate = rate if math.isfinite(rate) else 0.0  # a closed loop's plan has no rate (all due at t0): 1
         chunks_per_s = rate * float(np.mean(schedule.max_tokens)) if len(schedule) else 0.0
         n = max(1, min(os.cpu_count() or 1, math.ceil(chunks_per_s / WORKER_CHUNKS_PER_S)))
     return min([n, *(x for x in (config.concurrency, config.max_concurrency) if x)])

@@ -118,3 +118,23 @@ def test_the_bound_of_a_request_count_closed_loop(tmp_path):
 def test_bad_closed_loop_keys(tmp_path, run, rate, message):
     with pytest.raises(ConfigError, match=message):
         load(write(tmp_path, run, rate))
+
+
+@pytest.mark.parametrize("run", ["duration = \"10s\"\nconcurrency = 4", "requests = 10\nconcurrency = 4"])
+def test_workers_auto_takes_one_worker_for_a_closed_loop(tmp_path, run):
+    # its plan has no rate to size the workers by (every row due at t0): one, not a NaN traceback
+    from loadgen.config.workload import with_overrides
+    from loadgen.run.workers import count_for
+    cfg = with_overrides(load(write(tmp_path, run)), workers=0)
+    assert count_for(cfg, build(cfg)) == 1
+
+
+def test_a_workers_share_plans_the_whole_pool(tmp_path):
+    # every worker builds the same plan (the pool of all the users) and runs its share of it
+    from loadgen.run.workers import assign, weights_of, worker_config
+    cfg = load(write(tmp_path, "duration = \"2s\"\nconcurrency = 3\nmax_user_rate = \"5/s\""))
+    shares = [worker_config(cfg, 2, w) for w in range(2)]
+    assert [c.concurrency for c in shares] == [2, 1]
+    assert all(len(build(c)) == len(build(cfg)) == 30 for c in shares)
+    owner = assign(build(cfg), 2, weights_of(cfg, 2))
+    assert [(owner == w).sum() for w in range(2)] == [20, 10]   # 10 per user
