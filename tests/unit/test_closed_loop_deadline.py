@@ -76,3 +76,11 @@ def test_a_stop_cancels_rows_waiting_for_their_think_time_and_leaves_the_pool_ou
     assert status == "interrupted"
     assert [(r.idx, r.outcome) for r in reached] == [(0, OK), (1, INTERRUPTED), (2, CANCELLED)]
     assert [r.idx for r in runner.unreached()] == list(range(3, 100))
+
+
+def test_a_killed_duration_loop_says_it_does_not_know_how_many_it_scheduled():
+    # its manifest, written at t0, has schedule.requests null: the count is known only at the end
+    from loadgen.analysis.completeness import reason
+    text = reason({"status": "running", "planned": None, "found": 12, "missing": None, "last_recorded_s": 1.5,
+                   "alive": False, "write_error": None, "workers": None})
+    assert "12 requests have a row" in text and "not known" in text and "None" not in text
