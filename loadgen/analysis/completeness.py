@@ -2,8 +2,10 @@
 flushed parts and a manifest whose status is still `running`.
 
 `lost(run)` is None for a run that finished; otherwise it says what was planned and what was found:
-{"status", "planned", "found", "missing", "last_recorded_s" (the latest done time of a recorded row,
-s from t0), "alive" (the run's process still exists on this host: the run is still going), "write_error"
+{"status", "planned" (manifest schedule.requests: the rows the run scheduled; None for a duration-bounded
+closed loop that never finished, whose count is known only at its end), "found", "missing",
+"last_recorded_s" (the latest done time of a recorded row, s from t0), "alive" (the run's process still
+exists on this host: the run is still going), "write_error"
 (manifest.write_error: a run stopped because its results could not be written, e.g. a full disk; else
 None), "workers" (a --workers/--ray run: how many workers its driver had, whose shares under _parts/ were
 read; else None)} and `reason` puts it in one sentence for the report's invalid reasons.
@@ -56,5 +58,8 @@ def reason(info: dict) -> str:
         how = (f"did not finish: its driver was killed (e.g. SIGKILL) before it merged the shares of its "
                f"{info['workers']} workers (the rows are those their flushed parts under _parts/ hold)")
     last = f"{info['last_recorded_s']:.1f} s" if info["last_recorded_s"] is not None else "none"
+    if info["planned"] is None:  # a closed loop bounded by a duration: its users schedule as they go
+        return (f"the run {how}: {info['found']} requests have a row (how many it scheduled is not known: "
+                f"its closed loop had not reached its deadline); last request recorded at {last} from t0")
     return (f"the run {how}: {info['found']} of {info['planned']} planned requests have a row "
             f"({info['missing']} missing); last request recorded at {last} from t0")

@@ -31,7 +31,10 @@ Contract:
   (error_kind session_broken). The dispatch phase (and so the drain timer) ends when every turn has
   been dispatched or dropped;
 - `rows` is the recorder's list: a finished row's slot may become None once it is flushed
-  (Recorder.release), so the runner reads a row from it only while that row is not finished.
+  (Recorder.release), so the runner reads a row from it only while that row is not finished;
+- a subclass may hand in more rows than it schedules (a closed loop's pool, closedloop.py): `_in_run`
+  says which are the run's, and `unreached()` lists, after the run, those that are not: they have no
+  outcome and yield no row (the caller leaves them out of the results).
 """
 from __future__ import annotations
 
@@ -124,9 +127,10 @@ class Runner:
         self._dispatch_done = True
         self._check_idle()
 
-    def _start(self, i: int, slot_wait_ns: int) -> None:
+    def _start(self, i: int, slot_wait_ns: int, now_ns: int | None = None) -> None:
+        # now_ns: the caller's own reading of the clock, which it judged the start by (closedloop.py's deadline)
         row = self.rows[i]
-        row.dispatched_ns = self.clock.now_ns()
+        row.dispatched_ns = self.clock.now_ns() if now_ns is None else now_ns
         row.slot_wait_ns = slot_wait_ns
         self.dispatched += 1
         task = asyncio.create_task(self._execute(row, self.bodies[i]))
@@ -177,11 +181,19 @@ class Runner:
         await asyncio.gather(*tasks, return_exceptions=True)
         detail = ("held back by max_concurrency until the run ended" if unstarted_outcome == DROPPED
                   else "the run was stopped before this request started")
-        for row in self.rows:
-            if row is not None and row.outcome is None and row.dispatched_ns is None:  # None: flushed
-                row.fail(unstarted_outcome, unstarted_outcome, detail)
+        for i, row in enumerate(self.rows):
+            if row is not None and row.outcome is None and row.dispatched_ns is None and self._in_run(i):
+                row.fail(unstarted_outcome, unstarted_outcome, detail)  # (row None: flushed)
                 self.recorder.finish(row)
         self.waiting.clear()
+
+    def _in_run(self, i: int) -> bool:
+        """Row i is one of the run's requests (a closed loop's pool holds rows that are not: closedloop.py)."""
+        return True
+
+    def unreached(self) -> list[Row]:
+        """After run(): the rows that are not part of the run (never scheduled), which yield no row."""
+        return []
 
     async def _execute(self, row: Row, body: bytes) -> None:
         now = self.clock.now_ns

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from loadgen.config.slo import SLO_METRICS, parse_slo
-from loadgen.config.units import parse_duration_ns
+from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,14 @@ def _parse_positive(v: Any) -> float:
 
 
 POSITIVE = Kind("finite number > 0", "", _parse_positive, _check_positive)
+
+
+def _parse_rate(v: Any) -> float:
+    # "10/s", "600/m", or a bare number (per second); "inf" and 0 are refused (units.parse_rate_per_s)
+    return parse_rate_per_s(v)
+
+
+RATE = Kind("rate > 0, e.g. 10/s", "per_s", _parse_rate, _check_positive)
 
 
 def _check_fraction(v: Any) -> str | None:

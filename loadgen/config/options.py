@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.config import kinds
-from loadgen.config.kinds import DURATION, FLAG, FRACTION, PAUSE, POSITIVE, SLO, TEXT, WORDS, WORKERS, Kind
+from loadgen.config.kinds import DURATION, FLAG, FRACTION, PAUSE, POSITIVE, RATE, SLO, TEXT, WORDS, WORKERS, Kind
 
 RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
@@ -133,11 +133,15 @@ OPTIONS = (
     _o("--max-cv-deviation", "dispatch-gap CV vs the plan's (absolute) beyond which the run is invalid",
        key="run.max_cv_deviation", field="max_cv_deviation", kind=POSITIVE, default=0.1, metavar="X",
        commands=RUNS),
-    _o("--concurrency", "closed loop: N virtual users, each sending when its previous reply ends (needs "
-       "--requests; the rate is ignored)", key="run.concurrency", field="concurrency", kind=kinds.integer(0),
-       default=0, metavar="N", commands=(RUN,)),
+    _o("--concurrency", "closed loop: N virtual users, each sending when its previous reply ends, for "
+       "--requests N in all or until --duration has passed (no request starts after it); the rate is ignored",
+       key="run.concurrency", field="concurrency", kind=kinds.integer(0), default=0, metavar="N", commands=(RUN,)),
     _o("--think-time", "closed loop: a user's pause between a reply and its next request", key="run.think_time",
        field="think_ns", kind=PAUSE, default="0s", metavar="DURATION", commands=(RUN,)),
+    _o("--max-user-rate", "closed loop bounded by --duration: each user's pool of requests, built before t0, "
+       "holds duration x this many (fewer with a think time); a user faster than this on average uses its "
+       "pool up before the deadline, which the run reports", key="run.max_user_rate",
+       field="max_user_rate_per_s", kind=RATE, default="10/s", metavar="RATE", commands=(RUN,)),
     _o("--prompt-salt", "salt of the prompt texts (default: random per run, recorded in the manifest): the "
        "same salt and seed send the same texts, so a prefix cache hits; another salt keeps the lengths and "
        "times but not one shared token", key="prompt.salt", field="prompt_salt", kind=kinds.integer(0),

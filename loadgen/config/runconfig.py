@@ -105,6 +105,9 @@ class RunConfig:
     # closed loop (N virtual users) and the SLOs a run is judged by
     concurrency: int = default("concurrency")   # > 0: closed loop, N users each sending when its reply ends
     think_ns: int = default("think_ns")         # closed loop: a user's pause between a reply and its next request
+    # closed loop bounded by duration: requests per user per second of the duration in its pool (plan/pool.py)
+    max_user_rate_per_s: float = default("max_user_rate_per_s")
+    pool_users: int = 0   # a --workers share of such a loop: the whole run's users, whose pool it shares (0: its own)
     slo: tuple[tuple[str, float], ...] = ()  # (metric, bound ms), analysis/goodput.py
     # the target's context limit (plan/context.py): the policy is an option, the limit is asked of the
     # target once per run (run/prepare.py); context_source "" = not asked (no check, e.g. `loadgen schedule`)

@@ -25,7 +25,7 @@ KEYS = {
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time",
-            "max_lag_share", "lag_floor", "max_error_rate"},
+            "max_lag_share", "lag_floor", "max_error_rate", "max_user_rate"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset", "salt"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -251,9 +251,13 @@ def run_bounds(r: Reader, process: str, rate_per_s: float, concurrency: int) -> 
     if bounds == 2 or bounds == 0 and process not in ("trace", "stages"):
         r.bad("run", "give exactly one of requests or duration")
     think_ns = r.option("run.think_time")
-    if (concurrency or math.isinf(rate_per_s)) and r.given("run.duration"):
-        r.bad("run.concurrency" if concurrency else "arrivals.rate", "a closed loop (concurrency, or rate = "
-              "\"inf\") needs run.requests (--requests N): its duration is whatever the server makes it")
+    if math.isinf(rate_per_s) and not concurrency and r.given("run.duration"):
+        r.bad("arrivals.rate", "rate = \"inf\" puts every request at t0, so it needs run.requests (--requests N), "
+              "not a duration; for N users bounded by a duration give run.concurrency (--concurrency N)")
+    user_rate = r.option("run.max_user_rate")
+    if r.given("run.max_user_rate") and not (concurrency and r.given("run.duration")):
+        r.bad("run.max_user_rate", "only applies to a closed loop bounded by a duration (run.concurrency with "
+              "run.duration: --concurrency N --duration D)")
     if concurrency and r.get("run.max_concurrency") not in (None, 0, "0"):
         r.bad("run.max_concurrency", "give concurrency (closed loop, N users) or max_concurrency (a cap on an "
               "open loop), not both")
@@ -266,13 +270,14 @@ def run_bounds(r: Reader, process: str, rate_per_s: float, concurrency: int) -> 
     if requests is not None and warmup >= requests:
         r.bad("run.warmup_requests", f"must be less than run.requests ({requests}), got {warmup}")
     return {"requests": requests, "duration_ns": duration_ns, "warmup_requests": warmup,
-            "max_concurrency": r.option("run.max_concurrency"), "concurrency": concurrency, "think_ns": think_ns}
+            "max_concurrency": r.option("run.max_concurrency"), "concurrency": concurrency, "think_ns": think_ns,
+            "max_user_rate_per_s": user_rate}
 
 
 def run_limits(r: Reader) -> dict[str, Any]:
     """[run]: timeouts and the self-check's limits (run/selfcheck.py): every other [run] row."""
     taken = {"run.requests", "run.duration", "run.concurrency", "run.think_time", "run.warmup_requests",
-             "run.max_concurrency"}
+             "run.max_concurrency", "run.max_user_rate"}
     return {o.field: r.option(o.key) for o in OPTIONS
             if o.field and o.key and o.key.startswith("run.") and o.key not in taken}
 

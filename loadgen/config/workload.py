@@ -25,8 +25,9 @@ A workload file (see workloads/quickstart.toml):
     max_error_rate = 0.01          # failed (and dropped) share of the measured requests; beyond, invalid
     max_rate_deviation = 0.02      # achieved vs offered rate, relative; beyond it the run is invalid
     max_cv_deviation = 0.1         # dispatch-gap CV vs the plan's, absolute; beyond it the run is invalid
-    concurrency = 0                # > 0: closed loop of N users (needs requests; arrivals are ignored)
+    concurrency = 0                # > 0: closed loop of N users (bounded by requests or duration; arrivals ignored)
     think_time = "0s"              # closed loop: each user's pause between a reply and its next request
+    max_user_rate = "10/s"         # closed loop with duration: each user's pool holds duration x this (plan/pool.py)
 
     [prompt]
     tokens = 128                   # or { dist = "uniform", min = 64, max = 512 }

@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from loadgen.config.workload import ConfigError, RunConfig
+from loadgen.plan import pool
 from loadgen.plan.prompts import MAX_PROMPT_WORDS
 
 MAX_PLAN_REQUESTS = 10_000_000
@@ -23,7 +24,7 @@ MAX_TOKENS_PER_REQUEST = 4_194_304      # 4 Mi tokens: beyond any context served
 MAX_PROMPT_TOKENS = MAX_PROMPT_WORDS    # 1,048,573: a prompt's text is that many distinct words at most
 BYTES_PER_REQUEST = 2_048               # row object, plan arrays, body framing
 BYTES_PER_PROMPT_TOKEN = 6              # synthetic prompt text: a short word and a space per token
-_FIX = "lower --requests / --duration / --rate"
+_FIX = "lower --requests / --duration / --rate (a closed loop's pool: --concurrency / --max-user-rate)"
 
 
 def _physical_bytes() -> int | None:
@@ -38,6 +39,10 @@ def check_config(config: RunConfig) -> None:
         return  # a trace's rows are bounded by its file (and trace.limit)
     if config.requests is not None:
         n, what = config.requests, f"{config.requests} requests"
+    elif pool.is_pooled(config):
+        n = pool.pool_requests(config)
+        what = (f"a pool of {n} requests ({config.concurrency} users x {pool.per_user_requests(config)}: "
+                f"--max-user-rate {config.max_user_rate_per_s:g}/s for {(config.duration_ns or 0) / 1e9:g}s)")
     elif config.duration_ns is not None:
         a = config.arrivals
         peak = max([a.rate_per_s, a.rate_from_per_s, *(r for _, lo, hi in a.stages for r in (lo, hi))])

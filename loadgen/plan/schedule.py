@@ -6,6 +6,7 @@ Rows are in plan order. A multi-turn session's first turn has an intended time f
 process; its later turns have `after` = the index of the previous turn and intended_ns = -1 (unknown
 until the run: previous turn's done + think_ns). They follow their first turn in the arrays.
 With [session], the arrival process (and run.requests / run.duration) counts conversations.
+A closed loop bounded by a duration plans a pool (pool.py): the rows its users may reach, not all sent.
 
 Lengths: `prompt_tokens` is the planned full prompt, shared prefix included (with [session], [prompt]
 draws each turn's new user message and the prefix is added to it); for a later turn it assumes
@@ -21,6 +22,7 @@ import numpy as np
 from loadgen import metrics
 from loadgen.plan import arrivals
 from loadgen.plan import lengths
+from loadgen.plan import pool
 from loadgen.config.workload import Lengths, RunConfig
 from loadgen.plan import datasets, traces
 from loadgen.plan.traces import Trace
@@ -85,9 +87,12 @@ def _arrivals(config: RunConfig, trace: Trace | None) -> np.ndarray:
     bound = {"n": config.requests} if config.requests is not None else {"duration_ns": config.duration_ns}
     if config.concurrency or a.rate_per_s == float("inf"):
         # Closed loop: all due at t0; a closed loop's runner re-times each row when a user
-        # is free (closedloop.py), rate = inf leaves them to --max-concurrency.
+        # is free (closedloop.py), rate = inf leaves them to --max-concurrency. Bounded by a duration:
+        # a pool of rows the users take from until the deadline (pool.py).
+        if config.concurrency and pool.is_pooled(config):
+            return np.zeros(pool.pool_requests(config), dtype=np.int64)
         if config.requests is None:
-            raise ValueError("a closed loop (concurrency, or rate = inf) needs run.requests")
+            raise ValueError("rate = inf needs run.requests")
         return np.zeros(config.requests, dtype=np.int64)
     if a.process == "trace":
         t = config.trace
@@ -176,6 +181,9 @@ def _build(config: RunConfig, trace=None) -> Schedule:
     else:
         prompt, output = _sample_lengths(config, n, read_trace)
     info["requests_planned"] = int(n)
+    if pool.is_pooled(config):  # the rows are a pool: the run schedules those its users reach (pool.py)
+        info["pool"] = {"requests": int(n), "per_user": pool.per_user_requests(config),
+                        "max_user_rate_per_s": config.max_user_rate_per_s}
     if config.session is None:
         prefix_tokens = 0
         if config.prefix is not None:

@@ -117,7 +117,13 @@ def _load_and_goodput(summary: Summary) -> list[str]:
     if load.get("loop") == "closed":
         who = (f"{load['concurrency']} users, think {_f(load.get('think_ms'))} ms" if load.get("concurrency")
                else f"rate inf, max-concurrency {load.get('max_concurrency') or 'none'}")
+        if load.get("bound") == "duration":
+            who += f", for {load['duration_s']:g} s"
         out += ["", f"CLOSED LOOP ({who}): {load.get('note', '')}"]
+        if load.get("pool_exhausted_at_s") is not None:
+            out.append(f"WARNING: the users used up the pool of requests {load['pool_exhausted_at_s']:.1f} s after "
+                       f"t0, before the {load['duration_s']:g} s deadline: the run ended early (raise "
+                       f"--max-user-rate; manifest schedule.pool)")
     g = summary.get("goodput")
     if g:
         slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in summary.get("slo", {}).items())

@@ -22,6 +22,7 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -64,10 +65,39 @@ class Verdict:
     generator: dict                # the self-check's figures (selfcheck.check)
 
 
+def pool_section(schedule: Schedule, scheduled: int | None, records: Sequence[dict] = ()) -> dict | None:
+    """The manifest's `schedule.pool` of a closed loop bounded by a duration (plan/pool.py), None for any
+    other run: what the pool held (`requests`, `per_user`, `max_user_rate_per_s`), how many of its rows the
+    run scheduled (`scheduled`, = schedule.requests; None while it runs) and `unused`, and whether the
+    users used it up before the deadline (`exhausted`; `exhausted_at_s`: s from t0 when the first user of
+    any process found it empty)."""
+    pool = schedule.info.get("pool")
+    if pool is None:
+        return None
+    at = [r["pool_exhausted_at_s"] for r in records if r.get("pool_exhausted_at_s") is not None]
+    return {**pool, "scheduled": scheduled, "unused": None if scheduled is None else pool["requests"] - scheduled,
+            "exhausted": bool(at), "exhausted_at_s": min(at) if at else None}
+
+
+def pool_warning(config: RunConfig, pool: dict | None) -> str | None:
+    """The WARNING of a pool used up before the deadline (the run ended early), None otherwise."""
+    if not pool or not pool["exhausted"]:
+        return None
+    return (f"the closed loop's pool of {pool['requests']} requests ({pool['per_user']} per user: "
+            f"--max-user-rate {pool['max_user_rate_per_s']:g}/s x --duration {(config.duration_ns or 0) / 1e9:g}s) "
+            f"ran out {pool['exhausted_at_s']:.1f}s after t0, before the deadline: the users sent faster than "
+            f"that and the run ended early; raise --max-user-rate (run.max_user_rate)")
+
+
 def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: list[str] | None = None,
-                 **sections: Any) -> Manifest:
-    """manifest.json. sections: scrape, calibration, generator, finished, workers, ray (None = left out)."""
+                 pool: dict | None = None, **sections: Any) -> Manifest:
+    """manifest.json. pool: pool_section at the end of a duration-bounded closed loop (None: while it runs,
+    or another run). sections: scrape, calibration, generator, finished, workers, ray (None = left out)."""
     config, target, schedule = facts.config, facts.target, facts.schedule
+    pool = pool or pool_section(schedule, None)
+    load = load_model(config)
+    if pool is not None and pool["exhausted"]:
+        load["pool_exhausted_at_s"] = pool["exhausted_at_s"]   # the report's CLOSED LOOP line says so
     manifest: Manifest = {
         "schema_version": SCHEMA_VERSION, "tool": "loadgen", "version": __version__, "run_id": facts.run_id,
         "status": status, "invalid_reasons": list(reasons or []),
@@ -78,14 +108,19 @@ def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: li
         # the driver's: the process that runs the whole run (analysis/completeness.py looks for its pid)
         "host": {"hostname": socket.gethostname(), "pid": os.getpid(), "platform": platform.platform(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
-        "schedule": {"requests": len(schedule), "process": config.arrivals.process,
+        # requests: the rows the run scheduled (completeness.py holds requests.parquet to it); a pool's
+        # are known at the end only (None while it runs)
+        "schedule": {"requests": len(schedule) if pool is None else pool["scheduled"],
+                     "process": config.arrivals.process,
                      "configured_rate_per_s": config.arrivals.rate_per_s,
                      "offered_rate_per_s": schedule.offered_rate_per_s(),
                      "warmup_requests": int(schedule.warmup.sum())},
         "workload": facts.workload,
         "client": target.client.manifest(target.headers),
-        "load": load_model(config),                                  # open or closed loop
+        "load": load,                                                # open or closed loop
     }
+    if pool is not None:
+        manifest["schedule"]["pool"] = pool
     if config.slo:
         manifest["slo"] = slo_keys(dict(config.slo))  # read by `report`
     for key, value in sections.items():
@@ -230,9 +265,13 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     generator = combine_generators(verdict, records)
     if workers is not None:
         generator["workers"] = len(workers)
+    pool = pool_section(facts.schedule, requests.height, records)
+    warning = pool_warning(facts.config, pool)
+    if warning:
+        say(progress or sys.stderr, f"WARNING: {warning}")
     scrape = next((r["scrape"] for r in records if r.get("scrape")), None)
     cache = next((r["prefix_cache"] for r in records if r.get("prefix_cache")), None)
-    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, scrape=scrape, prefix_cache=cache,
+    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, pool, scrape=scrape, prefix_cache=cache,
                             calibration=calibration_note(facts.config, path, records), generator=generator,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
                             workers=workers, ray=ray, write_error=failed_write)

@@ -49,6 +49,7 @@ from loadgen.client.transport import AiohttpTransport
 from loadgen.config.workload import RunConfig, redact_url
 from loadgen.errors import StorageError
 from loadgen.plan.bodies import Bodies
+from loadgen.plan.pool import is_pooled
 from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.plan.schedule import Schedule
 from loadgen.probe import prefix_cache
@@ -105,12 +106,13 @@ class Measured:
     calibration_failed: str | None = None   # why this process's calibration could not run
     prefix_cache: dict | None = None  # prefix_cache.delta over the run (the first process only)
     write_error: dict | None = None   # StorageError.record() of the write that stopped the run
+    pool_exhausted_at_s: float | None = None  # s from t0: its closed loop's pool ran out before the deadline
 
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
         return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
                 "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache,
-                "write_error": self.write_error}
+                "write_error": self.write_error, "pool_exhausted_at_s": self.pool_exhausted_at_s}
 
 
 def t0_section(t0_ns: int, unix_ns: int) -> dict:
@@ -159,7 +161,10 @@ async def measure(job: Job) -> Measured:
         async with transport:
             # --concurrency N is a closed loop of N users (closedloop.py)
             # (mypy cannot match the splatted users/think_ns, ClosedLoopRunner's own keywords, to a signature)
-            closed = {"users": config.concurrency, "think_ns": config.think_ns} if config.concurrency else {}
+            # bounded by a duration, no request starts after t0 + duration (closedloop.py)
+            deadline_ns = t0 + config.duration_ns if is_pooled(config) and config.duration_ns else None
+            closed = ({"users": config.concurrency, "think_ns": config.think_ns, "deadline_ns": deadline_ns}
+                      if config.concurrency else {})
             runner = (ClosedLoopRunner if closed else Runner)(
                             rows, bodies, job.backend, transport, clock, recorder, **closed,  # type: ignore[arg-type]
                             max_concurrency=config.max_concurrency,
@@ -188,8 +193,10 @@ async def measure(job: Job) -> Measured:
     saving(writer, lambda: hists.record_interval(rest, clock.now_ns() - t0))
     saving(writer, hists.close)  # its last lines synced; after a failed write only the totals are needed
     histograms = hists.summary()
-    # Every row, flushed or not (times ns from t0): what the checks read.
-    requests = writer.finalize(recorder.unflushed(), t0)
+    # Every row of the run, flushed or not (times ns from t0): what the checks read. A closed loop's pool
+    # rows that its users never reached are not the run's (closedloop.py): they yield no row.
+    unreached = {r.idx for r in runner.unreached()}
+    requests = writer.finalize([r for r in recorder.unflushed() if r.idx not in unreached], t0)
     if writer.failure is not None:
         status = "write_failed"
         say(progress, f"error: {writer.failure}: the run stopped; the rows saved so far are in {writer.path}")
@@ -204,9 +211,11 @@ async def measure(job: Job) -> Measured:
     if prepared and shaper is not None:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
                                       "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
+    exhausted_ns = getattr(runner, "exhausted_ns", None)  # a duration-bounded closed loop's pool used up
     return Measured(status, started, requests, generator, scrape,
                     _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache,
-                    writer.failure.record() if writer.failure else None)
+                    writer.failure.record() if writer.failure else None,
+                    (exhausted_ns - t0) / 1e9 if exhausted_ns is not None else None)
 
 
 async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLContext | bool):
@@ -408,7 +417,10 @@ def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_
     elapsed_s = max(1e-9, (now_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
     p50 = f"{metrics.quantiles(np.asarray(ttfts), (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
-    return (f"[{elapsed_s:7.1f}s] sent {runner.dispatched}/{total}  done {recorder.done}  "
+    # a duration-bounded closed loop sends what its users reach of its pool (closedloop.py)
+    sent = (f"{runner.dispatched} (pool {total})" if getattr(runner, "deadline_ns", None) is not None
+            else f"{runner.dispatched}/{total}")
+    return (f"[{elapsed_s:7.1f}s] sent {sent}  done {recorder.done}  "
             f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
             f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
 

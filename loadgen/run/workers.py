@@ -71,7 +71,8 @@ def count_for(config: RunConfig, schedule: Schedule) -> int:
     the closed loop's users or the --max-concurrency slots (each worker needs one)."""
     n = config.workers
     if not n:
-        rate = schedule.offered_rate_per_s() or 0.0
+        rate = schedule.offered_rate_per_s()
+        rate = rate if math.isfinite(rate) else 0.0  # a closed loop's plan has no rate (all due at t0): 1
         chunks_per_s = rate * float(np.mean(schedule.max_tokens)) if len(schedule) else 0.0
         n = max(1, min(os.cpu_count() or 1, math.ceil(chunks_per_s / WORKER_CHUNKS_PER_S)))
     return min([n, *(x for x in (config.concurrency, config.max_concurrency) if x)])
@@ -93,6 +94,7 @@ def worker_config(config: RunConfig, n: int, w: int) -> RunConfig:
     changes: dict = {} if w == 0 else {"calibrate": False, "scrape_metrics": False}
     if config.concurrency:
         changes["concurrency"] = split(config.concurrency, n)[w]
+        changes["pool_users"] = config.concurrency  # the same plan (a duration loop's pool) in every worker
     if config.max_concurrency:
         changes["max_concurrency"] = split(config.max_concurrency, n)[w]
     return with_overrides(config, "--workers", **changes)
@@ -272,7 +274,10 @@ def run_workers(target: Target, schedule: Schedule, n: int, writer: RunWriter, r
                 say_workload(progress, facts.workload)
                 writer.manifest(run_manifest(facts, t0, workers=[{"worker": w, "pid": p.pid}
                                                                   for w, p in enumerate(procs)]))
-                say(progress, f"t0 sent to {n} workers; {len(schedule)} requests")
+                pool = schedule.info.get("pool")
+                say(progress, f"t0 sent to {n} workers; " + (f"{len(schedule)} requests" if pool is None else
+                              f"a closed loop of {config.concurrency} users with a pool of {pool['requests']} "
+                              f"requests until {(config.duration_ns or 0) / 1e9:g}s after t0"))
             elif stop.signum is None:  # a worker died setting up: the others, waiting for t0, get end-of-file
                 say(progress, "a worker died during set-up; stopping the others")
                 for c in conns:
@@ -391,6 +396,7 @@ def end_shares(facts: RunFacts, writer: RunWriter, t0: dict | None, owner: np.nd
                            f"not finished are recorded as dropped")
         else:
             records.append(record)
+            entry["requests"] = record.get("requests", entry["requests"])  # its rows (a pool's: those it scheduled)
             entry.update(status=record["status"], invalid_reasons=record["invalid_reasons"],
                          generator=record["generator"], t0=record["t0"])
         entries.append(entry)

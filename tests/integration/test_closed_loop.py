@@ -88,8 +88,11 @@ def test_a_binding_max_concurrency_cap_is_recorded_not_invalid(fixed_sim, tmp_pa
 
 
 @pytest.mark.parametrize("flags, message", [
-    # a closed loop needs a request count: its duration is the server's to decide
-    (["--concurrency", "4", "--duration", "5s"], "needs run.requests"),
+    # rate inf puts every request at t0: it needs a request count, not a duration
+    (["--rate", "inf", "--duration", "5s"], '--rate: rate = "inf" puts every request at t0, so it needs run.requests'),
+    # the pool's ceiling is for a closed loop bounded by a duration only
+    (["--concurrency", "4", "--max-user-rate", "5/s"], "--max-user-rate: only applies to a closed loop bounded"),
+    (["--concurrency", "4", "--duration", "5s", "--max-user-rate", "0"], "--max-user-rate: bad rate"),
     # a cap and a closed loop at once are two load models
     (["--concurrency", "4", "--max-concurrency", "2"], "not both"),
     # think time without a closed loop means nothing
