@@ -106,8 +106,9 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
     # 8/s is past their capacity: the queue in vLLM's engine grows through the run and the median request
     # waits too, not only the tail (at 4/s, under capacity, the mean moved but a 32-request p50 did not
     # always: CI once read mean "better", p50 "indistinguishable"); 16 seats admit them all. `compare` must
-    # find TTFT (mean and p50) better with 16 and name queueing as the cause (analysis/compare.ttft_cause: the decomposition's queue mean,
-    # vLLM's own per-request queue here, explains most of TTFT's change). Premises, from vLLM's /metrics:
+    # find TTFT (mean and p50) better with 16 and name queueing as the cause (analysis/compare.ttft_cause:
+    # the decomposition's queue mean, vLLM's own per-request queue here, explains most of TTFT's change).
+    # Premises, from vLLM's /metrics:
     # the 2-seat server queued (waiting gauge > 0, its queue histogram's mean most of the TTFT difference),
     # the 16-seat one did not; the client kept its schedule on both (send lag p99 under MAX_SEND_LAG_MS: a late
     # client sends in bursts, which queue by themselves). On this shared 2-core host other work held the client

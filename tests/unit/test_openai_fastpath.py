@@ -48,7 +48,7 @@ def test_fast_path_equals_full_parse(name):
     b.interpret(fast, t, reads)
     b._interpret_full(full, t, reads)
     for f in ("outcome", "error_kind", "output_tokens", "n_chunks", "prompt_tokens", "first_token_ns",
-              "last_token_ns"):
+              "last_token_ns", "first_answer_ns", "reasoning_tokens"):
         assert getattr(fast, f) == getattr(full, f), f
     assert list(fast.chunk_t_ns) == list(full.chunk_t_ns) and list(fast.chunk_tokens) == list(full.chunk_tokens)
 
