@@ -121,7 +121,8 @@ def test_sglang_null_fields_keep_a_plain_stream_on_the_fast_path():
 
 
 @pytest.mark.parametrize("name", ["reasoning_content", "reasoning", "tool_calls", "sglang reasoning",
-                                  "a reasoning count in the usage", "one token per event"])
+                                  "a reasoning count in the usage", "one token per event",
+                                  "reasoning beside empty content"])
 def test_the_fast_path_never_takes_reasoning_or_tool_calls(name):
     reads = {"reasoning_content": lambda: vllm_reasoning("reasoning_content"),
              "reasoning": lambda: vllm_reasoning("reasoning"),
@@ -131,13 +132,29 @@ def test_the_fast_path_never_takes_reasoning_or_tool_calls(name):
              "a reasoning count in the usage": lambda: vllm_reasoning("reasoning", '{"reasoning_tokens":3}'),
              # every event one token, completion_tokens == events: only the fields tell them apart
              "one token per event": lambda: [ev('{"reasoning_content":"a"}'), ev('{"reasoning_content":"b"}'),
-                                             ev('{"content":"c"}', '"stop"'), usage(3) + DONE]}[name]()
+                                             ev('{"content":"c"}', '"stop"'), usage(3) + DONE],
+             # a server that writes an empty content beside every reasoning delta: only the keys tell
+             "reasoning beside empty content": lambda: [ev('{"reasoning_content":"a","content":""}'),
+                                                        ev('{"reasoning_content":"b","content":""}'),
+                                                        ev('{"content":"c"}', '"stop"'), usage(3) + DONE]}[name]()
     assert not took_fast_path(reads)
     row = replay(reads)
     if name == "tool_calls":
         assert row.first_answer_ns == row.first_token_ns and row.reasoning_tokens == 0
     else:
         assert row.first_answer_ns > row.first_token_ns and row.reasoning_tokens > 0
+
+
+def test_a_tool_call_beside_content_text_is_one_answer_token_on_either_path():
+    reads = [ev('{"content":"a"}'), ev('{"content":"","tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}'),
+             ev('{"content":"b"}', '"stop"'), usage(3) + DONE]
+    fast, full = Row(0, "r0", 0, 9, 16), Row(0, "r0", 0, 9, 16)
+    t = array("q", [10, 20, 30, 40])
+    OpenAIBackend("chat", "m", {}).interpret(fast, t, reads)
+    OpenAIBackend("chat", "m", {})._interpret_full(full, t, reads)
+    for f in ("outcome", "first_token_ns", "first_answer_ns", "last_token_ns", "reasoning_tokens", "n_chunks"):
+        assert getattr(fast, f) == getattr(full, f), f
+    assert list(fast.chunk_t_ns) == list(full.chunk_t_ns) == [10, 20, 30]
 
 
 def test_content_that_mentions_the_keys_is_still_exact():

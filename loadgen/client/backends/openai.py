@@ -20,11 +20,14 @@ predicted_ms; llama-server sends it on every OpenAI-compatible stream).
 
 Fast path (same result, no per-chunk JSON parsing): when the stream is LF-framed one-line `data: {...}`
 events, ends with a usage chunk and `[DONE]`, usage.completion_tokens equals the number of content
-events (one token each), and no event carries reasoning or tool-call text (`_plain`: every
-`"reasoning…"` / `"tool_calls"` key in the body is null, empty or the usage's reasoning_tokens), only the
-usage chunk and the first and last content events are parsed; every other event is checked by its
-framing (`data: {` ... `}`, no `"error"`). Anything else, or any doubt, takes the full parse above.
-Chunk times are the stamp of the read that completed each event.
+events (one token each), every content event carries its text as a string (`"text":"` or
+`"content":"`, counted once over the body: an error event, a reasoning or a tool-call delta without
+content text makes the count short) and, for chat, no event carries reasoning text (`_quiet_reasoning`:
+every `"reasoning…"` key is null, empty or the usage's reasoning_tokens), only the usage chunk and the
+first and last content events are parsed; every other event is checked by its framing (`data: {` ...
+`}`). Anything else, or any doubt, takes the full parse above. (A tool-call piece in an event that also
+carries content text is that event's one answer token either way; only the full parse checks its
+shape.) Chunk times are the stamp of the read that completed each event.
 """
 from __future__ import annotations
 
@@ -74,8 +77,8 @@ class OpenAIBackend:
         if not reads:
             return False
         body = b"".join(reads)
-        if b"\r" in body or b'"error"' in body or not _plain(body):
-            return False  # CR framing, an error event, reasoning or tool calls: the full parse
+        if b"\r" in body:
+            return False  # CR framing: the full parse
         breaks = list(map(bytes.count, reads, repeat(b"\n", len(reads))))  # line breaks in each read
         n_breaks = sum(breaks)
         ends = list(map((1).__rrshift__, breaks))  # b >> 1: the events each read completes (see below)
@@ -115,6 +118,11 @@ class OpenAIBackend:
         if not isinstance(usage, dict) or tail.get("choices") or usage.get("completion_tokens") != content:
             return False
         if len(probe.chunk_t) != 1:  # the first content event: one token
+            return False
+        key = _TEXT_KEY[self.api]  # one per content event (and in a role chunk's empty content)
+        if body.count(key) != content + (skip and key in body[:sep]):
+            return False  # an event without its text as a string: an error, reasoning or tool-call delta
+        if self.api == "chat" and not _quiet_reasoning(body):
             return False
         try:
             obj = orjson.loads(last_ev[6:])
@@ -191,22 +199,18 @@ class OpenAIBackend:
         return finished
 
 
-# Keys that may stand in a plain content stream's body without carrying output: null or empty fields
-# (SGLang writes every delta field, null when unused) and the usage's reasoning count.
-_QUIET = {b'"reasoning': (b'"reasoning_content":null', b'"reasoning":null', b'"reasoning_content": null',
-                          b'"reasoning": null', b'"reasoning_content":""', b'"reasoning":""',
-                          b'"reasoning_tokens"'),
-          b'"tool_calls"': (b'"tool_calls":null', b'"tool_calls": null', b'"tool_calls":[]', b'"tool_calls": []')}
+_TEXT_KEY = {"completions": b'"text":"', "chat": b'"content":"'}  # a content event's text, as servers write it
+# Reasoning keys that may stand in a plain content stream's body without carrying output: null or empty
+# fields (SGLang writes every delta field, null when unused) and the usage's reasoning count.
+_QUIET_REASONING = (b'"reasoning_content":null', b'"reasoning":null', b'"reasoning_content": null',
+                    b'"reasoning": null', b'"reasoning_content":""', b'"reasoning":""', b'"reasoning_tokens"')
 
 
-def _plain(body: bytes) -> bool:
-    """No event of this body can carry reasoning or tool-call text: each such key is in a quiet form. Text
-    that merely mentions a key (escaped quotes inside content) counts against it: the full parse decides."""
-    for key, quiet in _QUIET.items():
-        n = body.count(key)
-        if n and n != sum(map(body.count, quiet)):
-            return False
-    return True
+def _quiet_reasoning(body: bytes) -> bool:
+    """No event of this body can carry reasoning text: each reasoning key is in a quiet form. Text that
+    merely mentions one (escaped quotes inside content) counts against it: the full parse decides."""
+    n = body.count(b'"reasoning')
+    return not n or n == sum(map(body.count, _QUIET_REASONING))
 
 
 def _with_tool_calls(text: object, calls: object, stream: Stream) -> str | None:

@@ -53,8 +53,8 @@ class Stream:
         if not isinstance(obj, dict):
             self.malformed = self.malformed or f"event is not a JSON object: {clipped(data, 120)!r}"
             return None
-        if "error" in obj:
-            err = obj["error"]
+        err = obj.get("error")
+        if err is not None:  # `"error": null` beside a chunk's fields is no error
             self.error = (err.get("message") if isinstance(err, dict) else None) or str(err)
             return None
         return obj
