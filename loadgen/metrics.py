@@ -10,7 +10,14 @@ Per request (int64 ns, any common origin; columns of requests.parquet or fields 
                                                           metric (slot_wait) and stays inside ttft/e2e
     slot_wait      = slot_wait_ns                         0 without a cap
     connect        = connected - dispatched               0 on a reused connection
-    ttft           = first_token - intended               latency from the plan (wrk2)
+    ttft           = first_token - intended               latency from the plan (wrk2); the first
+                                                          output token of any kind, reasoning included,
+                                                          as engines define TTFT
+    ttfa           = first_answer - intended              time to the first answer token (content or a
+                                                          tool call's text), the same origin: what a user
+                                                          of a reasoning model waits for. Null when the
+                                                          stream had no answer (or the folder predates
+                                                          the column); == ttft without reasoning
     ttft_from_send = first_token - dispatched
     e2e            = last_token - intended
     decode         = last_token - first_token
@@ -63,6 +70,7 @@ EXPR_NS: dict[str, pl.Expr] = {
     "slot_wait": pl.when(_c("dispatched_ns").is_not_null()).then(_SLOT_WAIT),
     "connect": _c("connected_ns") - _c("dispatched_ns"),
     "ttft": _c("first_token_ns") - _c("intended_ns"),
+    "ttfa": _c("first_answer_ns") - _c("intended_ns"),
     "ttft_from_send": _c("first_token_ns") - _c("dispatched_ns"),
     "e2e": _c("last_token_ns") - _c("intended_ns"),
     "decode": _c("last_token_ns") - _c("first_token_ns"),
@@ -70,7 +78,8 @@ EXPR_NS: dict[str, pl.Expr] = {
     .then((_c("last_token_ns") - _c("first_token_ns")) / (_c("output_tokens") - 1)),
 }
 # Which rows a metric's distribution covers: "sent" = every dispatched row, "ok" = ok rows only.
-ROWS = {"send_lag": "sent", "slot_wait": "sent", "connect": "sent", "ttft": "ok", "ttft_from_send": "ok",
+ROWS = {"send_lag": "sent", "slot_wait": "sent", "connect": "sent", "ttft": "ok", "ttfa": "ok",
+        "ttft_from_send": "ok",
         "e2e": "ok", "decode": "ok", "tpot": "ok", "itl": "ok"}
 
 

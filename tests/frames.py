@@ -10,7 +10,8 @@ MS = 1_000_000
 
 def make_run(reqs: list[dict], manifest: dict | None = None) -> Run:
     """Each dict: id, intended (ms), ttft (ms from dispatch), token times (list of ms, absolute from t0),
-    optional prompt, server_* ms, connect (ms), lag (ms). Everything else gets a sane default."""
+    optional prompt, server_* ms, connect (ms), lag (ms), answer (ms from t0: the first answer token;
+    default the first token, no reasoning). Everything else gets a sane default."""
     rows, toks = [], []
     for i, r in enumerate(reqs):
         t = [round(x * MS) for x in r["tokens"]]
@@ -23,7 +24,8 @@ def make_run(reqs: list[dict], manifest: dict | None = None) -> Run:
                    done_ns=t[-1], outcome=r.get("outcome", "ok"), planned_prompt_tokens=r.get("prompt", 100),
                    prompt_tokens=r.get("prompt", 100), max_tokens=len(t), output_tokens=len(t), n_chunks=len(t),
                    server_queue_ms=r.get("server_queue"), server_prefill_ms=r.get("server_prefill"),
-                   server_decode_ms=r.get("server_decode"))
+                   server_decode_ms=r.get("server_decode"),
+                   first_answer_ns=round(r["answer"] * MS) if "answer" in r else t[0], reasoning_tokens=0)
         rows.append(row)
         toks += [{"request_id": r["id"], "idx": j, "t_ns": x, "n_tokens": 1} for j, x in enumerate(t)]
     return Run(path=None, manifest=manifest or {"status": "complete"},

@@ -41,6 +41,7 @@ def make_run(path: Path, n: int, *, rate_per_s: float = 200.0, chunks: int = 8, 
         "request_id": ids, "idx": np.arange(n), "worker": np.zeros(n, np.int32), "warmup": np.zeros(n, bool),
         "intended_ns": intended, "dispatched_ns": intended + lag, "connected_ns": intended + lag + 50_000,
         "sent_ns": intended + lag + 60_000, "response_ns": first - 1000, "first_token_ns": first,
+        "first_answer_ns": first, "reasoning_tokens": np.zeros(n, np.int64),  # no reasoning: ttfa == ttft
         "last_token_ns": last, "done_ns": last + 1000, "outcome": ["ok"] * n,
         "http_status": np.full(n, 200, np.int32), "planned_prompt_tokens": prompt, "prompt_tokens": prompt,
         "max_tokens": np.full(n, chunks), "output_tokens": np.full(n, chunks), "n_chunks": np.full(n, chunks),

@@ -24,12 +24,12 @@ from loadgen.analysis import goodput, prefix_cache, repeats
 from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
-from loadgen.analysis.fail_if import Rule, evaluate, parse_fail_if
+from loadgen.analysis.fail_if import LATENCY as FAIL_IF_LATENCY, Rule, evaluate, parse_fail_if
 from loadgen.errors import ExitCode
 from loadgen.results.folder import Manifest, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
-LATENCY = ("ttft", "ttft_from_send", "tpot", "itl", "e2e")
+LATENCY = FAIL_IF_LATENCY  # the latency metrics compared: the ones a --fail-if rule may name
 STATS = {"p50": 0.5, "p90": 0.9, "p99": 0.99, "mean": None}
 DECOMP = ("queue", "prefill", "decode", "decode_stalls", "other")
 PROMPT_TOLERANCE = 0.05   # realized prompt/output length statistics may differ this much (relative)

@@ -2,7 +2,7 @@
 
 RULE = [STAT] METRIC OP CHANGE
   STAT     p50 | p90 | p99 | mean   (latency metrics: required; the others have one value)
-  METRIC   ttft | ttft_from_send | tpot | itl | e2e (ms) | throughput (req/s) | token_throughput (tok/s)
+  METRIC   ttft | ttfa | ttft_from_send | tpot | itl | e2e (ms) | throughput (req/s) | token_throughput (tok/s)
            | goodput (req/s) | attainment (share)
   OP       > | <
   CHANGE   relative `+10%`, or absolute in the metric's unit: `+5ms` / `+0.5s` (latency), `-2/s` (rates),
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from loadgen.config.units import parse_duration_ns
 
-LATENCY = ("ttft", "ttft_from_send", "tpot", "itl", "e2e")
+LATENCY = ("ttft", "ttfa", "ttft_from_send", "tpot", "itl", "e2e")  # compare.py reads these too
 SINGLE = ("throughput", "token_throughput", "goodput", "attainment")
 STATS = ("p50", "p90", "p99", "mean")
 _RULE = re.compile(r"\s*(?:(?P<stat>[a-z0-9]+)\s+)?(?P<metric>[a-z0-9_]+)\s*(?P<op>[<>])\s*"

@@ -1,9 +1,10 @@
 """Service-level objectives, attainment and goodput (DistServe's definition: requests per second that
 meet every SLO).
 
-An SLO spec is `--slo ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]`: upper bounds, each on one
-per-request value (loadgen.metrics.latency_columns defines ttft, tpot, e2e):
+An SLO spec is `--slo ttft=500ms,tpot=50ms[,ttfa=2s,e2e=2s,itl_p99=80ms]`: upper bounds, each on one
+per-request value (loadgen.metrics.latency_columns defines ttft, ttfa, tpot, e2e):
   ttft      first_token - intended (so a request that waited in the client or the server counts)
+  ttfa      first_answer - intended: a request whose stream had no answer (all reasoning) misses it
   tpot      (last_token - first_token) / (output_tokens - 1)
   e2e       last_token - intended
   itl_p99   the request's own p99 inter-token latency (nearest rank over its per-token ITL samples)

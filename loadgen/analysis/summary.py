@@ -25,7 +25,7 @@ from loadgen import metrics
 from loadgen.analysis import completeness, failures, prefix_cache
 from loadgen.results.folder import ResultsError, Run, RunSummary
 
-METRICS = ("send_lag", "ttft", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
+METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
 
 

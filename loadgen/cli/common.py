@@ -9,7 +9,7 @@ from pathlib import Path
 from loadgen.config.options import values
 from loadgen.errors import ConfigError, exit_table
 
-SLO_HELP = ("service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: adds attainment and "
+SLO_HELP = ("service-level objectives, e.g. ttft=500ms,tpot=50ms[,ttfa=2s,e2e=2s,itl_p99=80ms]: adds attainment and "
             "goodput (requests/s meeting every SLO) to the summary")
 
 EXAMPLES = exit_table() + """

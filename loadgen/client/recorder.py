@@ -54,13 +54,14 @@ def http_error_kind(status: int) -> str:
     return f"http_{status}"
 
 TIME_FIELDS = ("intended_ns", "dispatched_ns", "connected_ns", "sent_ns", "response_ns",
-               "first_token_ns", "last_token_ns", "done_ns")
+               "first_token_ns", "first_answer_ns", "last_token_ns", "done_ns")
 
 
 class Row:
     __slots__ = ("idx", "request_id", "worker", "warmup", "planned_prompt_tokens", "max_tokens",
                  *TIME_FIELDS, "slot_wait_ns", "outcome", "http_status", "error_kind", "error_detail",
-                 "prompt_tokens", "cached_tokens", "output_tokens", "n_chunks", "server_queue_ms", "server_prefill_ms",
+                 "prompt_tokens", "cached_tokens", "output_tokens", "reasoning_tokens", "n_chunks",
+                 "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
                  # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns")
@@ -76,7 +77,8 @@ class Row:
     connected_ns: int | None
     sent_ns: int | None
     response_ns: int | None
-    first_token_ns: int | None
+    first_token_ns: int | None     # the first output token of any kind (reasoning included)
+    first_answer_ns: int | None    # the first answer token (content or tool call); None: no answer
     last_token_ns: int | None
     done_ns: int | None
     slot_wait_ns: int | None
@@ -87,6 +89,7 @@ class Row:
     prompt_tokens: int | None
     cached_tokens: int | None      # prompt tokens the server says its prefix cache served (None: not said)
     output_tokens: int | None
+    reasoning_tokens: int | None   # of output_tokens, the reasoning ones (None: the stream was not read)
     n_chunks: int
     server_queue_ms: float | None
     server_prefill_ms: float | None
@@ -105,10 +108,10 @@ class Row:
         self.planned_prompt_tokens, self.max_tokens = planned_prompt_tokens, max_tokens
         self.intended_ns = intended_ns
         self.dispatched_ns = self.connected_ns = self.sent_ns = self.response_ns = None
-        self.first_token_ns = self.last_token_ns = self.done_ns = None
+        self.first_token_ns = self.first_answer_ns = self.last_token_ns = self.done_ns = None
         self.slot_wait_ns = None
         self.outcome = self.http_status = self.error_kind = self.error_detail = None
-        self.prompt_tokens = self.cached_tokens = self.output_tokens = None
+        self.prompt_tokens = self.cached_tokens = self.output_tokens = self.reasoning_tokens = None
         self.n_chunks = 0
         self.server_queue_ms = self.server_prefill_ms = self.server_decode_ms = None
         self.chunk_t_ns = array("q")   # one stamp per token-bearing chunk (absolute monotonic ns)

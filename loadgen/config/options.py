@@ -178,7 +178,7 @@ OPTIONS = (
        metavar="auto|ADDRESS", commands=(RUN,)),
     _o("--scrape-interval", "scrape period", field="scrape_interval_ns", kind=DURATION, default="500ms",
        metavar="DURATION", commands=RUNS),
-    _o("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]: attainment "
+    _o("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,ttfa=2s,e2e=2s,itl_p99=80ms]: attainment "
        "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest", field="slo",
        kind=SLO, metavar="SPEC", commands=RUNS),
     _o("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",

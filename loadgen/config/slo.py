@@ -1,10 +1,10 @@
-"""The SLO spec: `--slo ttft=500ms,tpot=50ms[,e2e=2s,itl_p99=80ms]`, upper bounds in ms on per-request
+"""The SLO spec: `--slo ttft=500ms,tpot=50ms[,ttfa=2s,e2e=2s,itl_p99=80ms]`, upper bounds in ms on per-request
 values (their definitions and the goodput they give: loadgen/analysis/goodput.py)."""
 from __future__ import annotations
 
 from loadgen.config.units import parse_duration_ns
 
-SLO_METRICS = ("ttft", "tpot", "e2e", "itl_p99")
+SLO_METRICS = ("ttft", "ttfa", "tpot", "e2e", "itl_p99")
 
 
 def parse_slo(text: str) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """`loadgen export RUN --format csv|jsonl [--out FILE]`: one line per scheduled request, for tools that
 do not read Parquet. Columns: every column of requests.parquet (times in ns from t0, null = did not
 happen), then the per-request latencies in ms as the report defines them (analysis/summary.py
-`latency_columns`), named with their unit: send_lag_ms, connect_ms, ttft_ms, ttft_from_send_ms, e2e_ms,
+`latency_columns`), named with their unit: send_lag_ms, connect_ms, ttft_ms, ttfa_ms, ttft_from_send_ms, e2e_ms,
 tpot_ms. Rows in plan order (idx); warm-up rows included (column `warmup`).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from loadgen import metrics
 from loadgen.results.folder import ResultsError, read_run, write_bytes_durably
 
 FORMATS = ("csv", "jsonl")
-_LATENCY = ("send_lag", "connect", "ttft", "ttft_from_send", "e2e", "tpot")
+_LATENCY = ("send_lag", "connect", "ttft", "ttfa", "ttft_from_send", "e2e", "tpot")
 
 
 def export_frame(run_dir: str | Path) -> pl.DataFrame:

@@ -56,10 +56,11 @@ REQUEST_SCHEMA = {
     **{f: pl.Int64 for f in TIME_FIELDS}, "slot_wait_ns": pl.Int64,
     "outcome": pl.String, "http_status": pl.Int32, "error_kind": pl.String, "error_detail": pl.String,
     "planned_prompt_tokens": pl.Int64, "prompt_tokens": pl.Int64, "cached_tokens": pl.Int64, "max_tokens": pl.Int64,
-    "output_tokens": pl.Int64, "n_chunks": pl.Int64,
+    "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
 }
+_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens")  # read_run fills them in an older folder
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -554,8 +555,10 @@ def read_run(path: str | Path) -> Run:
             raise ResultsError(f"{p}: no requests.parquet")
     except (pl.exceptions.PolarsError, OSError) as e:
         raise ResultsError(f"{p}: unreadable results: {e}") from None
-    if "cached_tokens" not in requests.columns:  # a folder written before the column existed: not said
-        requests = requests.with_columns(pl.lit(None, pl.Int64).alias("cached_tokens"))
+    # columns added after the first release, null in a folder written before they existed (not said):
+    # cached_tokens; first_answer_ns and reasoning_tokens (an older run counted reasoning as output and
+    # did not tell the first answer token apart, so its ttfa is unknown)
+    requests = requests.with_columns(pl.lit(None, pl.Int64).alias(c) for c in _ADDED if c not in requests.columns)
     missing = set(REQUEST_SCHEMA) - set(requests.columns)
     if missing:
         raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")

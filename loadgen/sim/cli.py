@@ -124,6 +124,15 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
                    help="how chat messages become the prompt: none (their contents, no extra tokens) or sim "
                         "(a role marker and an end marker per message and a generation prompt, 2 tokens a "
                         "message + 2, as a real template adds; sim/tokenizer.py; default none)")
+    p.add_argument("--reasoning-tokens", type=c("--reasoning-tokens", int), default=0, metavar="R",
+                   help="chat: the first R output tokens of every request stream as reasoning deltas, the rest "
+                        "as the answer; usage.completion_tokens_details.reasoning_tokens counts them (default 0)")
+    p.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default="reasoning_content",
+                   help="the delta field reasoning streams in: reasoning_content, or reasoning as vLLM >= 0.19.1 "
+                        "names it (default reasoning_content)")
+    p.add_argument("--tool-calls", action="store_true",
+                   help="chat: the answer streams as delta.tool_calls pieces (one call, its arguments), not "
+                        "content; finish_reason tool_calls")
     return p
 
 
@@ -240,6 +249,10 @@ def _make_sim(args, faults, child=None):
     sim.process_index = child["index"] if child else 0
     sim.emulate = args.emulate
     sim.chat_template = args.chat_template
+    if args.reasoning_tokens < 0:
+        raise ValueError(f"--reasoning-tokens {args.reasoning_tokens}: must be >= 0")
+    sim.reasoning_tokens, sim.reasoning_field = args.reasoning_tokens, args.reasoning_field
+    sim.tool_calls = args.tool_calls
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

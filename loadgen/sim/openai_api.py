@@ -11,6 +11,15 @@ Streaming is SSE as vLLM writes it: `data: {json}\\n\\n` per token (one token pe
 with the first token, as vLLM does), the last token's chunk has finish_reason "length", then a
 usage chunk with empty `choices` when include_usage (with --per-request-metrics it carries vLLM's
 `metrics` object), then `data: [DONE]\\n\\n`.
+
+Reasoning and tool calls (chat only; server flags, so every request of a run gets them):
+--reasoning-tokens R makes output tokens 0..R-1 stream as `delta.<--reasoning-field>` (reasoning_content,
+or reasoning as vLLM >= 0.19.1) and the rest as the answer; a chunk that spans the boundary carries both
+fields; the usage says `completion_tokens_details.reasoning_tokens` = the reasoning tokens sent.
+--tool-calls makes the answer stream as `delta.tool_calls` pieces of one call: the first answer chunk
+carries its index, id, type and `function.name` with the first arguments text, each later one
+`{"index": 0, "function": {"arguments": text}}`; the last chunk's finish_reason is "tool_calls". Token
+text is "tok " in every field, so each field's tokens are the sim tokenizer's count of its text.
 """
 from __future__ import annotations
 
@@ -63,6 +72,8 @@ class _OpenAI(Surface):
         u: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + n_out, "completion_tokens": n_out}
         if ctx.gen is not None and ctx.gen.cached_tokens:
             u["prompt_tokens_details"] = {"cached_tokens": ctx.gen.cached_tokens}
+        if ctx.parsed.extra.get("reasoning"):
+            u["completion_tokens_details"] = {"reasoning_tokens": min(ctx.parsed.extra["reasoning"], n_out)}
         return u
 
     def final_bytes(self, ctx, sim, token_ns) -> bytes:
@@ -151,7 +162,32 @@ class ChatCompletions(_OpenAI):
             raise BadRequest(str(e)) from None
         return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
                       stream, model or sim.model, include_usage,
-                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"})
+                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
+                       "reasoning": getattr(sim, "reasoning_tokens", 0),
+                       "reasoning_field": getattr(sim, "reasoning_field", "reasoning_content"),
+                       "tool_calls": getattr(sim, "tool_calls", False)})
+
+    def _delta(self, ctx: Context, start: int, end: int) -> dict:
+        # Output tokens start..end-1: those below the reasoning count as reasoning, the rest as the answer.
+        extra = ctx.parsed.extra
+        r = extra.get("reasoning", 0)
+        delta: dict[str, Any] = {}
+        if start < r:
+            delta[extra["reasoning_field"]] = tokenizer.OUTPUT_TOKEN_TEXT * (min(end, r) - start)
+        first = max(start, r)
+        if first < end:
+            text = tokenizer.OUTPUT_TOKEN_TEXT * (end - first)
+            if not extra.get("tool_calls"):
+                delta["content"] = text
+            elif first == r:  # the call's first piece: who it calls
+                delta["tool_calls"] = [{"index": 0, "id": f"call-{ctx.request_id}", "type": "function",
+                                        "function": {"name": "sim_tool", "arguments": text}}]
+            else:
+                delta["tool_calls"] = [{"index": 0, "function": {"arguments": text}}]
+        return delta
+
+    def _finish(self, ctx: Context) -> str:
+        return "tool_calls" if ctx.parsed.extra.get("tool_calls") else "length"
 
     def first_bytes(self, ctx) -> bytes:
         chunk = {**self._head(ctx, "chat.completion.chunk"),
@@ -162,23 +198,27 @@ class ChatCompletions(_OpenAI):
     def token_bytes(self, ctx, start, end) -> bytes:
         last = self._last(ctx, end)
         chunk = {**self._head(ctx, "chat.completion.chunk"),
-                 "choices": [{"index": 0, "delta": {"content": tokenizer.OUTPUT_TOKEN_TEXT * (end - start)},
-                              "logprobs": None, "finish_reason": "length" if last else None}]}
+                 "choices": [{"index": 0, "delta": self._delta(ctx, start, end),
+                              "logprobs": None, "finish_reason": self._finish(ctx) if last else None}]}
         return _sse(self._with_usage(ctx, chunk, end))
 
     def _llamacpp_finish(self, ctx, n_out) -> list[dict]:
         out = [{**self._head(ctx, "chat.completion.chunk"),
-                "choices": [{"finish_reason": "length", "index": 0, "delta": {}}]}]
+                "choices": [{"finish_reason": self._finish(ctx), "index": 0, "delta": {}}]}]
         if ctx.parsed.include_usage:
             out.append({**self._head(ctx, "chat.completion.chunk"), "choices": [], "usage": self.usage(ctx, n_out)})
         return out
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "chat.completion"),
-               "choices": [{"index": 0, "message": {"role": "assistant",
-                                                    "content": tokenizer.OUTPUT_TOKEN_TEXT * len(token_ns)},
-                            "logprobs": None, "finish_reason": "length"}],
+               "choices": [{"index": 0, "message": {"role": "assistant", **self._message(ctx, len(token_ns))},
+                            "logprobs": None, "finish_reason": self._finish(ctx)}],
                "usage": self.usage(ctx, len(token_ns))}
         if sim.per_request_metrics and token_ns:
             out["metrics"] = server_timings(ctx.gen, token_ns)
         return out
+
+    def _message(self, ctx: Context, n: int) -> dict:
+        # The non-streamed reply: the stream's fields, whole (content null beside a tool call, as OpenAI).
+        delta = self._delta(ctx, 0, n)
+        return {"content": None, **delta} if "tool_calls" in delta else {"content": "", **delta}

@@ -103,6 +103,9 @@ class Sim:
         self.max_model_len = max_model_len
         self.emulate = "vllm"  # vllm | llamacpp: the shapes of sim/tokenize_api.py (--emulate)
         self.chat_template = "none"  # none | sim: how chat messages become the prompt (--chat-template)
+        self.reasoning_tokens = 0    # chat: the first R output tokens are reasoning (--reasoning-tokens)
+        self.reasoning_field = "reasoning_content"  # or "reasoning" (--reasoning-field)
+        self.tool_calls = False      # chat: the answer streams as tool_calls pieces (--tool-calls)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
@@ -164,7 +167,7 @@ class Sim:
                             finish_ns=state["finish_ns"], preemptions=gen.preemptions,
                             stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
                             http_status=200, outcome=state["outcome"],
-                            cached_tokens=gen.cached_tokens,
+                            cached_tokens=gen.cached_tokens, reasoning=parsed.extra.get("reasoning", 0),
                             **{**row_args, "fault": ";".join(x for x in (label, "stall" if gen.stalled else "") if x)})
 
         key = id(ctx)

@@ -8,7 +8,10 @@ identity holds there only to float rounding; check it on the `_ns` columns).
 
   arrival_ns      the request was received (body read, before any fault or queueing)
   scheduled_ns    the engine first scheduled it (fixed mode: = arrival_ns)
-  first_token_ns  send time of the first token (= token_ns[0])
+  first_token_ns  send time of the first token (= token_ns[0]), reasoning or not
+  first_answer_ns send time of the first answer token (= token_ns[reasoning_tokens]); null when none was
+                  sent (every token sent was reasoning)
+  reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens, chat): min(R, sent)
   finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
                   failed; null if it never finished (sim stopped)
   token_ns        send time of every output token: the clock read just before the bytes are
@@ -55,13 +58,16 @@ COLUMNS = {  # name -> polars dtype name
     "lateness_ns": "list_i64", "speed": "f64", "mode": "str", "endpoint": "str",
     "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
     "output_tokens": "i64", "cached_tokens": "i64", "sim_process": "i64",
+    "first_answer_ns": "i64", "reasoning_tokens": "i64",
 }
 
 
 def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
              first_token_ns: int | None, finish_ns: int | None, preemptions: int, stall_ns: int,
              token_ns: list[int], lateness_ns: list[int], speed: float, mode: str, endpoint: str,
-             http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+             http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0,
+             reasoning: int = 0) -> dict[str, Any]:
+    # reasoning: the request's first `reasoning` output tokens are reasoning (0: none)
     def diff(a: int | None, b: int | None) -> int | None:
         return None if a is None or b is None else a - b
 
@@ -79,6 +85,8 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
         "http_status": http_status, "outcome": outcome, "fault": fault,
         "prompt_tokens": prompt_tokens, "output_tokens": len(token_ns), "cached_tokens": cached_tokens,
         "sim_process": 0,  # which simulator process served it (--processes N: 0..N-1; Sim.record sets it)
+        "first_answer_ns": token_ns[reasoning] if len(token_ns) > reasoning else None,
+        "reasoning_tokens": min(reasoning, len(token_ns)),
     }
 
 

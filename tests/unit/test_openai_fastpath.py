@@ -34,6 +34,12 @@ STREAMS = {
     "multi-token chunks (usage > chunks)": [cmpl(b"aa bb"), cmpl(b"c", b'"length"'), usage(3) + DONE],
     "malformed chunk": [cmpl(b"a"), b'data: {"choices":[{"te\n\n', cmpl(b"c", b'"length"'), usage(3) + DONE],
     "error event": [cmpl(b"a"), b'data: {"error":{"message":"boom"}}\n\n', usage(1) + DONE],
+    # an error event in a token's place, the usage counting it: the events' text count is short
+    "error event counted as a token": [cmpl(b"a"), b'data: {"error":{"message":"boom"}}\n\n', cmpl(b"c", b'"length"'),
+                                       usage(3) + DONE],
+    # `"error": null` beside a chunk's fields is no error, on either path
+    "null error field": [b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}],"error":null}\n\n',
+                         cmpl(b"b", b'"length"'), usage(2) + DONE],
     "no usage": [cmpl(b"a"), cmpl(b"b", b'"length"'), DONE],
     "incomplete": [cmpl(b"a"), cmpl(b"b")],
 }
@@ -48,7 +54,7 @@ def test_fast_path_equals_full_parse(name):
     b.interpret(fast, t, reads)
     b._interpret_full(full, t, reads)
     for f in ("outcome", "error_kind", "output_tokens", "n_chunks", "prompt_tokens", "first_token_ns",
-              "last_token_ns"):
+              "last_token_ns", "first_answer_ns", "reasoning_tokens"):
         assert getattr(fast, f) == getattr(full, f), f
     assert list(fast.chunk_t_ns) == list(full.chunk_t_ns) and list(fast.chunk_tokens) == list(full.chunk_tokens)
 
@@ -57,3 +63,9 @@ def test_fast_path_is_taken_for_the_common_stream():
     r = Row(0, "r", 0, 1, 4)
     assert OpenAIBackend("completions", "m", {})._interpret_fast(r, array("q", range(1, 6)), C4)
     assert list(r.chunk_t_ns) == [1, 2, 3, 4] and r.outcome == "ok"
+
+
+def test_a_null_error_field_stays_on_the_fast_path():
+    r = Row(0, "r", 0, 1, 4)
+    assert OpenAIBackend("completions", "m", {})._interpret_fast(r, array("q", [1, 2, 3]), STREAMS["null error field"])
+    assert r.outcome == "ok" and r.output_tokens == 2

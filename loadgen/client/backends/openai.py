@@ -1,11 +1,17 @@
 """OpenAI-compatible `/v1/completions` and `/v1/chat/completions` with `stream: true` (vLLM, SGLang,
 llama.cpp's server, TGI's Messages API, Ollama's /v1).
 
-A chunk is an SSE event whose choice carries non-empty text (`text`, or `delta.content`, or
-`delta.reasoning_content`); chat's role-only first chunk is not a token. Tokens per chunk follow the
-rule in backends/stream.py, with N = usage.completion_tokens. A stream is ok when it ends with
-`data: [DONE]` or a choice with a `finish_reason`; an `{"error": ...}` event inside a 200 stream or a
-chunk that is not JSON makes it a stream_error (tokens seen are kept).
+A chunk is an SSE event whose choice carries non-empty output text; chat's role-only first chunk is not a
+token. Answer text: `text`, `delta.content`, and a tool call's pieces (`delta.tool_calls[i].function`'s
+`name` and `arguments`, joined: a tool-call-only stream is timed like content). Reasoning text:
+`delta.reasoning_content`, or `delta.reasoning` (vLLM >= 0.19.1's name), output that is not yet the
+answer: the row's first_answer_ns is the first answer chunk's stamp (None when the stream had none),
+reasoning_tokens is usage.completion_tokens_details.reasoning_tokens when given, else counted from the
+reasoning chunks (backends/stream.py). Tokens per chunk follow the rule in backends/stream.py, with N =
+usage.completion_tokens. A stream is ok when it ends with `data: [DONE]` or a choice with a
+`finish_reason`; an `{"error": ...}` event inside a 200 stream, a chunk that is not JSON or a
+`tool_calls` that is not a list of objects with string pieces makes it a stream_error (tokens seen are
+kept).
 The usage's prompt_tokens_details.cached_tokens, when given, fills cached_tokens (after the stream, as
 every other field).
 Server timings fill server_*_ms from whatever the stream carries: vLLM's per-request `metrics` object
@@ -13,10 +19,15 @@ Server timings fill server_*_ms from whatever the stream carries: vLLM's per-req
 predicted_ms; llama-server sends it on every OpenAI-compatible stream).
 
 Fast path (same result, no per-chunk JSON parsing): when the stream is LF-framed one-line `data: {...}`
-events, ends with a usage chunk and `[DONE]`, and usage.completion_tokens equals the number of content
-events (one token each), only the usage chunk and the first and last content events are parsed; every
-other event is checked by its framing (`data: {` ... `}`, no `"error"`). Anything else, or any doubt,
-takes the full parse above. Chunk times are the stamp of the read that completed each event.
+events, ends with a usage chunk and `[DONE]`, usage.completion_tokens equals the number of content
+events (one token each), every content event carries its text as a string (`"text":"` or
+`"content":"`, counted once over the body: an error event, a reasoning or a tool-call delta without
+content text makes the count short) and, for chat, no event carries reasoning text (`_quiet_reasoning`:
+every `"reasoning…"` key is null, empty or the usage's reasoning_tokens), only the usage chunk and the
+first and last content events are parsed; every other event is checked by its framing (`data: {` ...
+`}`). Anything else, or any doubt, takes the full parse above. (A tool-call piece in an event that also
+carries content text is that event's one answer token either way; only the full parse checks its
+shape.) Chunk times are the stamp of the read that completed each event.
 """
 from __future__ import annotations
 
@@ -30,6 +41,7 @@ from loadgen.client.backends.base import Messages, messages_payload, user
 from loadgen.client.backends.llamacpp import llamacpp_timings
 from loadgen.client.backends.stream import Stream, as_float, sse_events
 from loadgen.client.recorder import OK, Row
+from loadgen.config.credentials import clipped
 
 PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
@@ -65,8 +77,8 @@ class OpenAIBackend:
         if not reads:
             return False
         body = b"".join(reads)
-        if b"\r" in body or b'"error"' in body:
-            return False  # CR framing, or an error event: the full parse
+        if b"\r" in body:
+            return False  # CR framing: the full parse
         breaks = list(map(bytes.count, reads, repeat(b"\n", len(reads))))  # line breaks in each read
         n_breaks = sum(breaks)
         ends = list(map((1).__rrshift__, breaks))  # b >> 1: the events each read completes (see below)
@@ -107,6 +119,11 @@ class OpenAIBackend:
             return False
         if len(probe.chunk_t) != 1:  # the first content event: one token
             return False
+        key = _TEXT_KEY[self.api]  # one per content event (and in a role chunk's empty content)
+        if body.count(key) != content + (skip and key in body[:sep]):
+            return False  # an event without its text as a string: an error, reasoning or tool-call delta
+        if self.api == "chat" and not _quiet_reasoning(body):
+            return False
         try:
             obj = orjson.loads(last_ev[6:])
         except orjson.JSONDecodeError:
@@ -123,9 +140,11 @@ class OpenAIBackend:
             t.extend(islice(chain.from_iterable(map(repeat, read_t_ns, ends)), skip, m))
         row.prompt_tokens = usage.get("prompt_tokens")
         row.cached_tokens = cached_tokens(usage)
+        row.reasoning_tokens = reasoning_tokens(usage) or 0  # no reasoning event: only the server may say
         row.chunk_tokens.extend(repeat(1, content))
         row.n_chunks = row.output_tokens = content
         row.first_token_ns, row.last_token_ns = t[0], t[-1]
+        row.first_answer_ns = t[0]
         _server_timings(row, tail.get("metrics"), tail.get("timings"))
         if row.outcome is None:
             row.outcome = OK
@@ -138,7 +157,7 @@ class OpenAIBackend:
             self._event(data, t, stream, state)
         usage = state["usage"] or {}
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
-                    "[DONE] or a finish_reason")
+                    "[DONE] or a finish_reason", reasoning_tokens(usage))
         row.cached_tokens = cached_tokens(usage)
         _server_timings(row, state["metrics"], state["timings"])
 
@@ -160,7 +179,7 @@ class OpenAIBackend:
 
     @staticmethod
     def _choices(obj: dict[str, Any], t: int, stream: Stream) -> bool:
-        """Adds the object's text chunks to stream; True when a choice says it finished."""
+        """Adds the object's chunks to stream (reasoning, then answer); True when a choice says it finished."""
         finished = False
         choices = obj.get("choices")
         for choice in choices if isinstance(choices, list) else ():
@@ -169,12 +188,66 @@ class OpenAIBackend:
             text = choice.get("text")
             if text is None:
                 delta = choice.get("delta")
-                if not isinstance(delta, dict):
-                    delta = {}
-                text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(delta, dict):
+                    stream.reasoning(t, delta.get("reasoning_content") or delta.get("reasoning"))
+                    text = delta.get("content")  # anything but a str carries no token (Stream.token)
+                    calls = delta.get("tool_calls")
+                    if calls is not None:
+                        text = _with_tool_calls(text, calls, stream)
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))
         return finished
+
+
+_TEXT_KEY = {"completions": b'"text":"', "chat": b'"content":"'}  # a content event's text, as servers write it
+# Reasoning keys that may stand in a plain content stream's body without carrying output: null or empty
+# fields (SGLang writes every delta field, null when unused) and the usage's reasoning count.
+_QUIET_REASONING = (b'"reasoning_content":null', b'"reasoning":null', b'"reasoning_content": null',
+                    b'"reasoning": null', b'"reasoning_content":""', b'"reasoning":""', b'"reasoning_tokens"')
+
+
+def _quiet_reasoning(body: bytes) -> bool:
+    """No event of this body can carry reasoning text: each reasoning key is in a quiet form. Text that
+    merely mentions one (escaped quotes inside content) counts against it: the full parse decides."""
+    n = body.count(b'"reasoning')
+    return not n or n == sum(map(body.count, _QUIET_REASONING))
+
+
+def _with_tool_calls(text: object, calls: object, stream: Stream) -> str | None:
+    """The delta's answer text: its content followed by each tool call's name and arguments pieces. A
+    tool_calls that is not a list of objects, or a piece that is not a string, makes the stream malformed."""
+    if not isinstance(calls, list):
+        stream.malformed = stream.malformed or f"delta.tool_calls is not a list: {_shown(calls)}"
+        return text if isinstance(text, str) else None
+    parts = [text] if isinstance(text, str) else []
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if fn is None and isinstance(call, dict):
+            continue  # a piece with only its index or id: no text
+        if not isinstance(fn, dict):
+            stream.malformed = stream.malformed or f"delta.tool_calls piece is not an object with a function: " \
+                                                   f"{_shown(call)}"
+            continue
+        for field in ("name", "arguments"):
+            piece = fn.get(field)
+            if isinstance(piece, str):
+                parts.append(piece)
+            elif piece is not None:
+                stream.malformed = stream.malformed or (f"delta.tool_calls function.{field} is not a string: "
+                                                        f"{_shown(piece)}")
+    return "".join(parts)
+
+
+def _shown(value: object) -> str:
+    return clipped(orjson.dumps(value), 120)
+
+
+def reasoning_tokens(usage: dict[str, Any]) -> int | None:
+    """usage.completion_tokens_details.reasoning_tokens (OpenAI, vLLM, SGLang when they count them); None
+    when the usage does not say."""
+    details = usage.get("completion_tokens_details")
+    n = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def cached_tokens(usage: dict[str, Any]) -> int | None:

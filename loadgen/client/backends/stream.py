@@ -1,7 +1,9 @@
 """What every backend does with a finished response body, whatever its framing (SSE or NDJSON).
 
-Stream holds the token-bearing chunks found so far (their read stamps and text lengths) and the first
-malformed event and error event seen. Backends decode each event with `decode()`, add text with
+Stream holds the token-bearing chunks found so far (their read stamps and text lengths), which of them
+are reasoning (a model's thinking, before its answer) and the stamp of the first answer chunk (any
+chunk that is not reasoning: content, completion text, a tool call's text), and the first malformed
+event and error event seen. Backends decode each event with `decode()`, add text with
 `token()`, then `fill()` the row: token fields by the counting rule below, then the outcome.
 
 Token counting rule (every backend): a chunk is an event that carries non-empty output text. When the
@@ -9,6 +11,10 @@ server reports the output token count N and there are C chunks: N == C gives one
 otherwise each chunk gets one token and the remaining N - C are spread over the chunks in proportion to
 their text length (largest remainder, so the sum is exactly N); when N < C the N tokens are spread by
 length alone and some chunks carry 0. Without a count, each chunk is one token and output_tokens = C.
+Reasoning tokens: the server's count when it gives one (usage.completion_tokens_details.reasoning_tokens),
+else the tokens this rule gives the reasoning chunks. An event that carries reasoning and answer text
+at once is two chunks with the same stamp (reasoning first), so both kinds are counted and the ITL rule
+sees one read.
 Outcome: an error event inside a 200 stream, else a malformed event, else a missing end-of-stream
 marker makes it a stream_error (the tokens seen are kept); otherwise ok.
 """
@@ -26,12 +32,14 @@ from loadgen.config.credentials import clipped
 
 
 class Stream:
-    __slots__ = ("chunk_t", "lengths", "texts", "error", "malformed")
+    __slots__ = ("chunk_t", "lengths", "texts", "reasoning_at", "first_answer", "error", "malformed")
 
     def __init__(self) -> None:
         self.chunk_t: list[int] = []
         self.lengths: list[int] = []
-        self.texts: list[str] = []
+        self.texts: list[str] = []          # answer text only (reply_text: a session's next turn sends it)
+        self.reasoning_at: list[int] = []   # positions in chunk_t of the reasoning chunks
+        self.first_answer: int | None = None  # stamp of the first answer chunk; None: no answer yet
         self.error: str | None = None
         self.malformed: str | None = None
 
@@ -45,8 +53,8 @@ class Stream:
         if not isinstance(obj, dict):
             self.malformed = self.malformed or f"event is not a JSON object: {clipped(data, 120)!r}"
             return None
-        if "error" in obj:
-            err = obj["error"]
+        err = obj.get("error")
+        if err is not None:  # `"error": null` beside a chunk's fields is no error
             self.error = (err.get("message") if isinstance(err, dict) else None) or str(err)
             return None
         return obj
@@ -57,20 +65,35 @@ class Stream:
             self.malformed = self.malformed or f"{n} line(s) longer than {MAX_LINE_BYTES} bytes (dropped)"
 
     def token(self, t_ns: int, text: str | None) -> None:
+        """An answer chunk (content, completion text, a tool call's text)."""
         if isinstance(text, str) and text:  # anything else a server sends as text carries no token
             self.chunk_t.append(t_ns)
             self.lengths.append(len(text))
             self.texts.append(text)
+            if self.first_answer is None:
+                self.first_answer = t_ns
+
+    def reasoning(self, t_ns: int, text: str | None) -> None:
+        """A reasoning chunk: output, but not yet the answer."""
+        if isinstance(text, str) and text:
+            self.reasoning_at.append(len(self.chunk_t))
+            self.chunk_t.append(t_ns)
+            self.lengths.append(len(text))
 
     def fill(self, row: Row, output_tokens: int | None, prompt_tokens: int | None, ended: bool,
-             end_marker: str) -> None:
+             end_marker: str, reasoning_tokens: int | None = None) -> None:
+        """reasoning_tokens: the server's count (None: counted from the reasoning chunks)."""
         row.prompt_tokens = prompt_tokens
         row.chunk_t_ns.extend(self.chunk_t)
-        row.chunk_tokens.extend(spread_tokens(self.lengths, output_tokens))
+        tokens = spread_tokens(self.lengths, output_tokens)
+        row.chunk_tokens.extend(tokens)
         row.n_chunks = len(self.chunk_t)
         row.output_tokens = output_tokens if output_tokens is not None else len(self.chunk_t)
         if self.chunk_t:
             row.first_token_ns, row.last_token_ns = self.chunk_t[0], self.chunk_t[-1]
+        row.first_answer_ns = self.first_answer
+        row.reasoning_tokens = (reasoning_tokens if reasoning_tokens is not None
+                                else sum(tokens[i] for i in self.reasoning_at))
         if self.error is not None:
             row.fail(STREAM_ERROR, ErrorKind.ERROR_EVENT, self.error)
         elif self.malformed is not None:
