@@ -146,6 +146,7 @@ def test_fit_reads_the_published_limits_and_fits_the_default_profile(tmp_path):
         assert f"max_model_len {truth.max_model_len} is read from /v1/models" in p.stderr
         p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "default.toml"), "--format", "json",
                     "--max-num-seqs", str(truth.max_num_seqs), "--budget", "90s", "--rounds", "3", timeout=200)
+        late = emit_lateness(sim.url)  # the simulator's own lateness over both fits (the premise below)
     assert p.returncode == 0, p.stderr[-3000:]
     report = orjson.loads(p.stdout)
     assert report["limits"] == {"max_num_seqs": truth.max_num_seqs, "max_model_len": truth.max_model_len,
@@ -155,6 +156,7 @@ def test_fit_reads_the_published_limits_and_fits_the_default_profile(tmp_path):
     # every decode shape measured with all its streams decoding together; the simulator's decode step
     # (real time = profile time here) is what the fitted profile predicts, within 25 %
     assert all(r["output_tokens"] >= 48 for r in decode)
+    _premise(late)  # the step times are judged only where the host let the simulator keep its speed
     fitted = load_profile(str(tmp_path / "default.toml"))
     for r in decode:
         n = r["prompt_tokens"] + r["output_tokens"] // 2
