@@ -143,7 +143,11 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
             seed = fresh_seed()   # held back: again, with new texts (this server's cache stays cold)
     FIGURES["vllm 2 vs 16 seats: (seats, attempt, send lag p99 ms) per run"] = tried
     few, many = side[SEATS], side[MANY]
-    assert max(few["send_lag_p99"], many["send_lag_p99"]) < MAX_SEND_LAG_MS, (side, tried)
+    if max(few["send_lag_p99"], many["send_lag_p99"]) >= MAX_SEND_LAG_MS:
+        # the premise failed on every attempt of a side (beside two CPU burners: send lag p99 0.3-1.9 s): the
+        # client could not keep the schedule, so the comparison is not judged there
+        pytest.skip(f"the host held the client back on every attempt of a side (seats, attempt, send lag p99 "
+                    f"ms): {tried}")
     assert few["waiting_max"] > 0 and many["waiting_max"] == 0, side
     ttft_gain = few["ttft_mean"] - many["ttft_mean"]
     assert few["hist"]["queue"] - many["hist"]["queue"] > 0.5 * ttft_gain > 0, side   # vLLM's own queue
