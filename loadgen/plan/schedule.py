@@ -89,7 +89,7 @@ def _arrivals(config: RunConfig, trace: Trace | None) -> np.ndarray:
         # Closed loop: all due at t0; a closed loop's runner re-times each row when a user
         # is free (closedloop.py), rate = inf leaves them to --max-concurrency. Bounded by a duration:
         # a pool of rows the users take from until the deadline (pool.py).
-        if config.concurrency and pool.is_pooled(config):
+        if pool.is_pooled(config):  # (a closed loop of users, bounded by a duration)
             return np.zeros(pool.pool_requests(config), dtype=np.int64)
         if config.requests is None:
             raise ValueError("rate = inf needs run.requests")

@@ -245,16 +245,19 @@ def _shown(value: object) -> str:
 def reasoning_tokens(usage: dict[str, Any]) -> int | None:
     """usage.completion_tokens_details.reasoning_tokens (OpenAI, vLLM, SGLang when they count them); None
     when the usage does not say."""
-    details = usage.get("completion_tokens_details")
-    n = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+    return _usage_count(usage, "completion_tokens_details", "reasoning_tokens")
 
 
 def cached_tokens(usage: dict[str, Any]) -> int | None:
     """usage.prompt_tokens_details.cached_tokens: prompt tokens served from the server's prefix cache (vLLM
     with --enable-prompt-tokens-details, SGLang, OpenAI); None when the usage does not say."""
-    details = usage.get("prompt_tokens_details")
-    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return _usage_count(usage, "prompt_tokens_details", "cached_tokens")
+
+
+def _usage_count(usage: dict[str, Any], details_key: str, key: str) -> int | None:
+    """usage[details_key][key] when it is a count (an int >= 0, not a bool); None otherwise."""
+    details = usage.get(details_key)
+    n = details.get(key) if isinstance(details, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
