@@ -54,6 +54,8 @@ NAMES: dict[str, tuple[str | None, ...]] = {  # concept -> names in SERVERS orde
 WAITING = tuple(n for n in NAMES["requests_waiting"] if n)
 RUNNING = tuple(n for n in NAMES["requests_running"] if n)
 KV_USAGE = (*(n for n in NAMES["kv_usage_0_to_1"] if n), "vllm:gpu_cache_usage_perc")
+# The gauges a live view shows (run/live.py), each the sum over its samples' label sets (engines, models).
+LIVE_GAUGES = {"running": RUNNING, "waiting": WAITING, "kv_usage": KV_USAGE}
 SCHEMA = {"t_ns": pl.Int64, "name": pl.String, "labels": pl.String, "value": pl.Float64}
 
 
@@ -64,6 +66,33 @@ def parse(text: str, t_ns: int) -> list[tuple[int, str, str, float]]:
         for s in family.samples:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
             out.append((t_ns, s.name, labels, float(s.value)))
+    return out
+
+
+def gauges(text: str) -> dict[str, float]:
+    """LIVE_GAUGES found in an exposition, by string search (str.find, no full parse: cheap enough to run
+    once a second during the run, in the flush thread). A gauge the text lacks is left out."""
+    out: dict[str, float] = {}
+    for concept, names in LIVE_GAUGES.items():
+        for name in names:
+            total, found, at = 0.0, False, text.find(name)
+            while at >= 0:
+                end = text.find("\n", at)
+                line = text[at:end if end >= 0 else len(text)]
+                starts_line = at == 0 or text[at - 1] == "\n"
+                rest = line[len(name):]
+                if starts_line and rest[:1] in ("{", " "):
+                    # `name{labels} value [timestamp]`: the value is the first field after the labels
+                    fields = (rest[rest.rfind("}") + 1:] if rest[:1] == "{" else rest).split()
+                    try:
+                        total += float(fields[0])
+                        found = True
+                    except (IndexError, ValueError):
+                        pass
+                at = text.find(name, at + len(name))
+            if found:
+                out[concept] = total
+                break
     return out
 
 
@@ -105,6 +134,11 @@ class Scraper:
                 start = time.monotonic()
                 await self.scrape_once(session)
                 await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+
+    def latest_gauges(self) -> dict[str, float]:
+        """The live gauges of the latest scrape ({} before the first)."""
+        texts = self.texts
+        return gauges(texts[-1][1]) if texts else {}
 
     async def final_sample(self) -> None:
         timeout = aiohttp.ClientTimeout(total=5)

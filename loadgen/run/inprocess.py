@@ -58,6 +58,7 @@ from loadgen.probe.scrape import Scraper
 from loadgen.results.folder import RunWriter, write_json, write_parquet
 from loadgen.run import hostload
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
+from loadgen.run.live import Feed, Tracker
 from loadgen.run.outcome import say
 from loadgen.run.prepare import Target
 
@@ -92,6 +93,7 @@ class Job:
     part: Share | None = None         # None: the whole plan, t0 = set-up end + START_LEAD_NS
     on_t0: Callable[[dict], None] | None = None   # called with the t0 section (t0_section) once t0 is set
     calibration_failed: str | None = None         # why calibration could not run (set before t0)
+    feed: Feed | None = None          # watched live (live.py): a Snapshot published every second
 
 
 @dataclass
@@ -172,6 +174,9 @@ async def measure(job: Job) -> Measured:
                             drain_timeout_ns=config.drain_timeout_ns,
                             next_body=shaper.next_turn if shaper is not None else None,
                             next_body_blocks=shaper is not None and shaper.blocking)
+            if job.feed is not None:
+                hists.tracker = _tracker(job.feed, runner, rows, t0, bool(closed), deadline_ns is not None,
+                                         lateness_ns, scraper)
             flusher = asyncio.create_task(_tick_loop(writer, recorder, hists, t0, clock.now_ns, stop))
             probe = asyncio.create_task(_probe_loop(lateness_ns))
             ticker = asyncio.create_task(_progress_loop(progress, runner, recorder, t0, len(rows), clock.now_ns))
@@ -411,6 +416,15 @@ def tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows
             return  # kept in writer.failure; the rows stay in the recorder, unflushed
         recorder.release(flush)
         flush.clear()  # the last references: the rows are freed here, off the event loop's thread
+
+
+def _tracker(feed: Feed, runner: Runner, rows: list[Row], t0: int, closed: bool, bounded_pool: bool,
+             lateness_ns: array, scraper: Scraper | None) -> Tracker:
+    # the planned count: a duration-bounded closed loop's pool is not its count (closedloop.py)
+    return Tracker(feed, None if bounded_pool else len(rows),
+                   None if closed else np.fromiter((r.intended_ns - t0 for r in rows), np.int64, len(rows)),
+                   lambda: (runner.dispatched, len(runner.in_flight)), lateness_ns,
+                   scraper.latest_gauges if scraper is not None else dict)
 
 
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_ns) -> str:

@@ -25,6 +25,7 @@ from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.client.recorder import OK, Row
 from loadgen.results.folder import chunk_columns
+from loadgen.run.live import Tracker
 
 INTERVAL_NS = 1_000_000_000
 
@@ -66,19 +67,23 @@ class LiveHistograms:
         self.totals = {m: hdr.Recorded(hdr.new_histogram(), 0) for m in hdr.METRICS}
         self._scratch = {m: hdr.new_histogram() for m in hdr.METRICS}  # one interval's, cleared and reused
         self.next_start_ns = 0   # from t0: where the next interval begins
+        self.tracker: Tracker | None = None  # set when the run is watched live (live.py)
 
     def record_interval(self, rows: list[Row], end_ns: int) -> None:
         """Write the interval [next_start, end_ns) (ns from t0) holding these rows' samples."""
         start = self.next_start_ns
         end = max(end_ns, start)
         values = metric_values_ns(rows) if rows else {}
+        last = {}
         for m, w in self.writers.items():
             hist = self._scratch[m]
             hdr.clear(hist)
-            rec = hdr.Recorded(hist, hdr.record_ns(hist, values.get(m, np.empty(0, dtype=np.int64))))
+            rec = last[m] = hdr.Recorded(hist, hdr.record_ns(hist, values.get(m, np.empty(0, dtype=np.int64))))
             w.write_interval(start, end, rec)
             self.totals[m].add(rec)
         self.next_start_ns = end
+        if self.tracker is not None:
+            self.tracker.interval(start, end, rows, values, last, self.totals)
 
     def close(self) -> dict[str, dict]:
         for w in self.writers.values():

@@ -27,6 +27,7 @@ from loadgen.results.folder import RunWriter
 from loadgen.run import ray_workers
 from loadgen.run.outcome import RunOutcome, say
 from loadgen.run.prepare import default_out, fit_plan, resolve_target
+from loadgen.run.live import Feed
 from loadgen.run.single import run_single
 from loadgen.run.workers import count_for, run_workers
 from loadgen.sim.process import SimProcess
@@ -50,7 +51,9 @@ def say_plan(progress: TextIO | None, schedule: Schedule) -> None:
 
 
 def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
-                 client: ClientOptions | None = None) -> RunOutcome:
+                 client: ClientOptions | None = None, feed: Feed | None = None) -> RunOutcome:
+    """The run of a workload, from its config to its ending. With `feed`, a one-process run publishes a
+    Snapshot every second into it (live.py); runs with workers publish nothing (the feed stays empty)."""
     if config.ray is not None and not ray_workers.available():
         # checked when the run starts: Ray is needed only by a run that uses it
         raise ConfigError([ray_workers.INSTALL_HINT])
@@ -83,7 +86,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
             return ray_workers.run_ray(target, schedule, n, writer, run_id, progress)
         if n > 1:
             return run_workers(target, schedule, n, writer, run_id, progress)
-        return run_single(target, schedule, writer, run_id, progress)
+        return run_single(target, schedule, writer, run_id, progress, feed)
     except BaseException:
         if sim is not None:
             sim.stop()  # first: it writes its truth file into the folder when it stops

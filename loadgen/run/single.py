@@ -14,12 +14,13 @@ from loadgen.plan.schedule import Schedule
 from loadgen.results.folder import RunWriter
 from loadgen.run.ending import RunFacts, finish, run_manifest
 from loadgen.run.inprocess import Job, measure
+from loadgen.run.live import Feed
 from loadgen.run.outcome import RunOutcome
 from loadgen.run.prepare import Target, request_bodies, say_workload
 
 
 def run_single(target: Target, schedule: Schedule, writer: RunWriter, run_id: str,
-               progress: TextIO | None) -> RunOutcome:
+               progress: TextIO | None, feed: Feed | None = None) -> RunOutcome:
     config = target.config
     backend = target.backend()
     # Bodies after the target is up: the default tokenizer is the target's own /tokenize.
@@ -28,7 +29,7 @@ def run_single(target: Target, schedule: Schedule, writer: RunWriter, run_id: st
     say_workload(progress, workload)
     facts = RunFacts(target, schedule, run_id, workload)
     job = Job(target, schedule, backend, bodies, shaper, writer, run_id, progress,
-              on_t0=lambda t0: writer.manifest(run_manifest(facts, t0)))
+              on_t0=lambda t0: writer.manifest(run_manifest(facts, t0)), feed=feed)
     measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
     return finish(facts, writer, measured.t0, measured.requests, [measured.record()], progress=progress,
                   final_line=measured.progress_line)

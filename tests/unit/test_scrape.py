@@ -2,6 +2,7 @@
 import pytest
 
 from loadgen.analysis.decompose import histogram_crosscheck
+from loadgen.probe import scrape
 from loadgen.probe.scrape import frame, parse
 
 TEXT = '''# HELP vllm:num_requests_waiting Waiting.
@@ -39,3 +40,23 @@ def test_histogram_deltas_give_mean_times():
     df = frame(parse(text(2, 0.3), 0) + parse(text(12, 1.3), 10**9))
     assert histogram_crosscheck(df) == {"queue": pytest.approx(100.0), "n": 10}
     assert histogram_crosscheck(frame(parse(text(2, 0.3), 0))) is None  # no requests in between
+
+
+@pytest.mark.parametrize("text, expected", [
+    # summed over label sets (two engines), a label value holding "}" and spaces, a timestamp after the value
+    ('vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+     'vllm:num_requests_running{engine="1",model_name="a } b"} 2.0\n'
+     'vllm:num_requests_waiting 7 1700000000000\nvllm:kv_cache_usage_perc{engine="0"} 0.25\n',
+     {"running": 5.0, "waiting": 7.0, "kv_usage": 0.25}),
+    # a longer name with the same prefix, HELP/TYPE lines and a name inside another's labels are not samples
+    ('# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n'
+     'vllm:num_requests_running_total 9\nother{of="vllm:num_requests_waiting"} 4\n'
+     'vllm:num_requests_running 1\n', {"running": 1.0}),
+    ("sglang:num_running_reqs 2\nsglang:num_queue_reqs 6\nsglang:token_usage 0.5\n",
+     {"running": 2.0, "waiting": 6.0, "kv_usage": 0.5}),
+    ("vllm:gpu_cache_usage_perc 0.75\n", {"kv_usage": 0.75}),   # vLLM V0's name
+    ("vllm:num_requests_running NaNx\n", {}),                   # a value that is not a number: left out
+    ("", {}),
+])
+def test_live_gauges_are_read_by_search_from_the_latest_text(text, expected):
+    assert scrape.gauges(text) == expected
