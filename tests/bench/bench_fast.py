@@ -12,6 +12,10 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
   BENCH_ANALYSIS_ROWS 10000000 chunk rows of the synthetic run given to `loadgen report` (0 = skip)
   BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0   (taskset lists: e.g. BENCH_SIM_CORE=1-3)
   BENCH_SIM_PROCESSES 1        capacity cases: `loadgen sim --processes N`, all pinned to BENCH_SIM_CORE
+  BENCH_REPEATS      3         every case this many times, alternating the clients at each rate (goals.py
+                               judges each repetition: a stall in one is a miss)
+
+Exit status: 1 when a goal of tests/bench/goals.py is missed (every figure is printed first).
 
 Every case starts a fresh `loadgen sim --mode fixed --ttft 20ms --itl 5ms` pinned to one core (with a
 truth file) and runs the client pinned to the other. See tests/bench/README.md for what each column means.
@@ -30,7 +34,7 @@ import orjson
 import polars as pl
 
 from loadgen.sim.process import SimProcess
-from tests.bench import analysis_bench
+from tests.bench import analysis_bench, goals
 from tests.bench.truthcmp import compare, read_truth
 
 HERE = Path(__file__).parent
@@ -174,11 +178,10 @@ def header() -> str:
     return " ".join(f"{h:>{w}}" if i > 1 else f"{h:<{w}}" for i, (h, w) in enumerate(zip(HEADS, widths)))
 
 
-def cpu_ratios(results: list[dict]) -> dict[tuple[str, float], float]:
-    """loadgen's CPU per streamed chunk over the bare client's, per case run by both."""
-    cpu = {(r["kind"], r["rate_per_s"], r["client"]): r.get("cpu_us_per_chunk") for r in results}
-    return {(k, rate): v / cpu[(k, rate, "bare")] for (k, rate, c), v in cpu.items()
-            if c == "loadgen" and v and cpu.get((k, rate, "bare"))}
+def cpu_ratios(results: list[dict]) -> dict[tuple[str, float, int], float]:
+    """loadgen's CPU per streamed chunk over the bare client's, per case (kind, rate, rep) run by both."""
+    return {k: lg["cpu_us_per_chunk"] / bare["cpu_us_per_chunk"] for k, (lg, bare) in goals.pairs(results).items()
+            if lg.get("cpu_us_per_chunk") and bare.get("cpu_us_per_chunk")}
 
 
 def main() -> int:
@@ -186,28 +189,31 @@ def main() -> int:
     cap_s = float(os.environ.get("BENCH_CAPACITY_S", "6"))
     cap_tokens = int(os.environ.get("BENCH_CAPACITY_TOKENS", "16"))
     clients = os.environ.get("BENCH_CLIENTS", "loadgen,bare,lg-aio").split(",")
-    cases = [("accuracy", c, r, acc_s, 64) for r in env_list("BENCH_ACCURACY_RATES", "50,100,150,200") for c in clients]
-    cases += [("capacity", c, r, cap_s, cap_tokens) for r in env_list("BENCH_CAPACITY_RATES", "400,800,1600")
-              for c in clients if c != "lg-aio"]
+    repeats = int(os.environ.get("BENCH_REPEATS", "3"))
+    once = [("accuracy", c, r, acc_s, 64) for r in env_list("BENCH_ACCURACY_RATES", "50,100,150,200") for c in clients]
+    once += [("capacity", c, r, cap_s, cap_tokens) for r in env_list("BENCH_CAPACITY_RATES", "400,800,1600")
+             for c in clients if c != "lg-aio"]
+    cases = [(rep, *case) for rep in range(repeats) for case in once]
     print("ms unless noted; cpu/chk in µs of client CPU per streamed chunk; errors vs the simulator's truth",
           flush=True)
     print(header(), flush=True)
     results = []
-    for case in cases:
+    for rep, *case in cases:
         try:
             r = one_case(*case)
         except Exception as e:  # a failed case is reported, the others still run
             r = {"kind": case[0], "client": case[1], "rate_per_s": case[2], "tokens": case[4],
                  "error": repr(e)[:500]}
             print(f"{case[0]:<8} {case[1]:<8} {case[2]:>6.0f} FAILED: {r['error']}", flush=True)
-            results.append(r)
-            continue
+        else:
+            print(fmt_row(r), flush=True)
+        r["rep"] = rep
         results.append(r)
-        print(fmt_row(r), flush=True)
     ratios = cpu_ratios(results)
-    for (kind, rate), ratio in ratios.items():
-        print(f"cpu per chunk, loadgen / bare, {kind} {rate:g} req/s (same run): {ratio:.2f}x (target <= 1.5x)",
-              flush=True)
+    judged, misses = goals.judge(results)
+    print("\ngoals (loadgen against the bare client of the same run, tests/bench/goals.py):", flush=True)
+    for line in judged:
+        print("  " + line, flush=True)
     analysis = None
     rows = int(os.environ.get("BENCH_ANALYSIS_ROWS", "10000000"))
     if rows:
@@ -219,10 +225,14 @@ def main() -> int:
               f"<= 2048 MiB)", flush=True)
     out = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
            "cpus": os.cpu_count(), "cases": results, "analysis": analysis,
-           "cpu_ratio_vs_bare": {f"{k} {r:g}": v for (k, r), v in ratios.items()},
+           "cpu_ratio_vs_bare": {f"{k} {r:g} run {rep + 1}": v for (k, r, rep), v in ratios.items()},
+           "goals_missed": misses,
            "load_average_at_end": os.getloadavg()}
     (HERE / "results.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
     print(f"wrote {HERE / 'results.json'}")
+    if misses:
+        print(f"\nmake bench: {len(misses)} goal(s) MISSED:\n  " + "\n  ".join(misses), file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -1,0 +1,47 @@
+"""The goals `make bench` holds loadgen to, judged against the bare client measured in the same run.
+
+One row per goal (issue 29): the p99 TTFT and ITL errors at most 0.5 ms above the bare client's, and the
+CPU per streamed chunk at most 1.3x the bare client's, at every rate from 100 to 800 req/s and in every
+repetition (BENCH_REPEATS alternating runs: a stall in one of them is a miss). A miss makes `make bench`
+exit non-zero after printing every figure: the bench is a regression guard, not a test (CI does not run
+it: a noisy host misses goals a quiet one meets; the note of a change on the hot path shows its figures).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# (result column, what is compared, the bound): "over" = loadgen - bare <= bound (ms), "ratio" = loadgen/bare
+GOALS = (("ttft_err_p99_ms", "over", 0.5), ("itl_gap_err_p99_ms", "over", 0.5), ("cpu_us_per_chunk", "ratio", 1.3))
+RATES_PER_S = (100.0, 800.0)   # the goals hold at every rate in this range (both ends included)
+
+
+def pairs(results: Iterable[dict]) -> dict[tuple, tuple[dict, dict]]:
+    """(kind, rate, rep) -> (loadgen's result, the bare client's), for every case both ran without error."""
+    by = {(r["kind"], r["rate_per_s"], r.get("rep", 0), r["client"]): r for r in results if "error" not in r}
+    return {k[:3]: (r, by[(*k[:3], "bare")]) for k, r in by.items()
+            if k[3] == "loadgen" and (*k[:3], "bare") in by}
+
+
+def judge(results: Iterable[dict]) -> tuple[list[str], list[str]]:
+    """(lines: every judged figure, misses: the lines of the goals missed)."""
+    lines, misses = [], []
+    for (kind, rate, rep), (lg, bare) in sorted(pairs(results).items()):
+        if not RATES_PER_S[0] <= rate <= RATES_PER_S[1]:
+            continue
+        for col, how, bound in GOALS:
+            a, b = lg.get(col), bare.get(col)
+            if a is None or b is None:
+                line = f"{kind} {rate:g}/s run {rep + 1}: {col} not measured (loadgen {a}, bare {b})"
+                ok = False
+            elif how == "over":
+                ok = a - b <= bound
+                line = f"{kind} {rate:g}/s run {rep + 1}: {col} loadgen {a:.3f} - bare {b:.3f} = {a - b:+.3f} ms " \
+                       f"(goal <= +{bound} ms)"
+            else:
+                ok = b > 0 and a / b <= bound
+                line = f"{kind} {rate:g}/s run {rep + 1}: {col} loadgen / bare = {a / b if b else float('inf'):.2f}x " \
+                       f"(goal <= {bound}x)"
+            lines.append(("ok    " if ok else "MISSED ") + line)
+            if not ok:
+                misses.append(line)
+    return lines, misses

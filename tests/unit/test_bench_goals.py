@@ -1,0 +1,31 @@
+"""`make bench`'s regression guard (tests/bench/goals.py): each goal judged per rate and repetition against the
+bare client of the same run; a miss in one repetition is a miss."""
+import pytest
+
+from tests.bench.goals import judge
+
+
+def case(client, rate=400.0, rep=0, ttft=1.0, itl=0.5, cpu=10.0, kind="capacity"):
+    return {"kind": kind, "client": client, "rate_per_s": rate, "rep": rep, "ttft_err_p99_ms": ttft,
+            "itl_gap_err_p99_ms": itl, "cpu_us_per_chunk": cpu}
+
+
+@pytest.mark.parametrize("loadgen, missed", [
+    (case("loadgen", ttft=1.5, itl=1.0, cpu=13.0), []),                       # every goal met at its bound
+    (case("loadgen", ttft=1.51), ["ttft_err_p99_ms"]),                        # 0.51 ms over bare
+    (case("loadgen", itl=1.2), ["itl_gap_err_p99_ms"]),
+    (case("loadgen", cpu=13.1), ["cpu_us_per_chunk"]),                        # 1.31x
+    (case("loadgen", ttft=None), ["ttft_err_p99_ms"]),                        # not measured is a miss
+])
+def test_each_goal_against_the_bare_client(loadgen, missed):
+    _, misses = judge([loadgen, case("bare")])
+    assert [m.split(": ")[1].split()[0] for m in misses] == missed
+
+
+def test_a_stall_in_one_repetition_is_a_miss_and_rates_outside_the_range_are_not_judged():
+    results = [case("loadgen", rep=0), case("bare", rep=0), case("loadgen", rep=1, ttft=12.0), case("bare", rep=1),
+               case("loadgen", rate=1600.0, cpu=99.0), case("bare", rate=1600.0),     # beyond 800/s
+               case("loadgen", rate=50.0, cpu=99.0, kind="accuracy"), case("bare", rate=50.0, kind="accuracy"),
+               case("loadgen", rate=200.0, kind="accuracy"), {**case("bare", rate=200.0), "error": "x"}]  # unpaired
+    lines, misses = judge(results)
+    assert len(lines) == 6 and misses == [m for m in misses if "400/s run 2" in m] and len(misses) == 1
