@@ -1,7 +1,8 @@
 """What failed in a run, and whether that many failures leave its latencies meaningful.
 
 Rows counted: the measured (non-warm-up) rows that were due: every row except `cancelled` (never due:
-the run was stopped first) and `interrupted` (in flight at Ctrl-C: the run is `interrupted` anyway).
+the run was stopped first), `interrupted` (in flight at Ctrl-C: the run is `interrupted` anyway) and
+`abandoned` (closed by the client as the workload's [abandon] planned: a user's choice, not a failure).
 Failures (`failed`): http_error, stream_error, connection_error, timeout, and `dropped` (held back by
 --max-concurrency until the end, or a conversation broken by an earlier failed turn). Drops count: a
 dropped request was scheduled and never measured, and the ones a cap holds back longest are exactly the
@@ -24,7 +25,7 @@ import polars as pl
 from loadgen.config.credentials import redact_text
 
 FAILED = ("http_error", "stream_error", "connection_error", "timeout", "dropped")
-NOT_COUNTED = ("cancelled", "interrupted")
+NOT_COUNTED = ("cancelled", "interrupted", "abandoned")
 TEXT_CHARS = 160
 TOP = 5
 

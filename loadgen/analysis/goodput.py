@@ -10,7 +10,8 @@ per-request value (loadgen.metrics.latency_columns defines ttft, ttfa, tpot, e2e
   itl_p99   the request's own p99 inter-token latency (nearest rank over its per-token ITL samples)
 A request meets the SLOs when it ended `ok` and every bounded value is <= its bound. tpot and itl_p99
 are vacuously met by a request with a single output token (it has no gap). Failed, dropped and timed-out
-requests meet nothing: attainment = met / measured requests (warm-up excluded), and
+requests meet nothing: attainment = met / measured requests (warm-up and `abandoned` rows excluded: a
+request its user gave up on by plan is neither met nor missed), and
 goodput = met / the throughput window (first intended send .. last done, the same window as throughput).
 
 Adds to summary.json (only when an SLO is given, on `report --slo` or recorded by `run --slo`):
@@ -71,7 +72,7 @@ def meets(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> 
 
 def goodput(req: pl.DataFrame, tokens: pl.DataFrame, slo_ms: dict[str, float]) -> dict:
     """req: the measured rows with latency_columns applied (as in summarize)."""
-    m = meets(req, tokens, slo_ms)
+    m = meets(req.filter(pl.col("outcome") != "abandoned"), tokens, slo_ms)
     n = m.height
     window_ns = None
     if n and m["done_ns"].drop_nulls().len():

@@ -22,7 +22,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import completeness, failures, prefix_cache
+from loadgen.analysis import abandon, completeness, failures, prefix_cache
 from loadgen.results.folder import ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -76,8 +76,10 @@ def summarize(run: Run) -> RunSummary:
     return {
         "run": {"path": str(run.path), "name": manifest.get("config", {}).get("name"),
                 "status": manifest.get("status"), "target": manifest.get("target", {}).get("url")},
-        "requests": {"scheduled": n, "ok": n_ok,  # cancelled rows were never sent: not failed
-                     "failed": n - n_ok - n_dropped - outcomes.get("cancelled", 0), "dropped": n_dropped},
+        # cancelled rows were never sent, abandoned ones closed by plan ([abandon]): neither failed
+        "requests": {"scheduled": n, "ok": n_ok,
+                     "failed": n - n_ok - n_dropped - outcomes.get("cancelled", 0) - outcomes.get("abandoned", 0),
+                     "dropped": n_dropped, "abandoned": outcomes.get("abandoned", 0)},
         "outcomes": outcomes,
         "errors": failures.summarize(run.requests),   # the error rate, counts, most frequent texts
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
@@ -95,6 +97,7 @@ def summarize(run: Run) -> RunSummary:
         "server": (manifest.get("target", {}).get("server") or {}).get("kind"),
         "prompt_lengths": manifest.get("workload", {}).get("prompt_lengths"),
         "prefix_cache": prefix_cache.section(run),  # measured hit rate vs the workload's (prefix_cache.py)
+        "abandoned": abandon.section(run, req),      # [abandon]: what was cut, did the server free the slots
     }
 
 

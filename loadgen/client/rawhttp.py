@@ -44,7 +44,7 @@ Offsets = list[tuple[int, int]]  # each read's (start, end) byte range in the jo
 
 class _Conn(asyncio.Protocol):
     __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "size", "limit", "too_large",
-                 "now_ns")
+                 "now_ns", "cut_events", "cut_mark", "cut_reached")
 
     transport: asyncio.Transport  # set by connection_made, before any other callback or use
 
@@ -58,6 +58,9 @@ class _Conn(asyncio.Protocol):
         self.wake_any = True   # wake the waiter on every read (head, non-chunked body), else on the end mark
         self.closed = False
         self.lost: Exception | None = None
+        self.cut_events = 0        # > 0: [abandon] after_tokens: wake the waiter once this many events arrived
+        self.cut_mark = b"\n\n"    # how each event ends
+        self.cut_reached = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # create_connection's: an asyncio.Transport
@@ -71,8 +74,12 @@ class _Conn(asyncio.Protocol):
         if self.size > self.limit and not self.too_large:  # an endless body must not eat the memory
             self.too_large = True
             self.transport.close()
+        if self.cut_events:  # only a request to abandon after N tokens counts its events
+            self.cut_events -= min(self.cut_events, data.count(self.cut_mark))
+            if not self.cut_events:
+                self.cut_reached = True
         d = self.done
-        if d is not None and (self.wake_any or data.endswith(_END_CHUNKED)) and not d.done():
+        if d is not None and (self.wake_any or self.cut_reached or data.endswith(_END_CHUNKED)) and not d.done():
             d.set_result(None)
 
     def eof_received(self) -> bool:
@@ -301,6 +308,9 @@ class _Response:
         while not p.complete:
             if conn.too_large:
                 raise TransportError(ErrorKind.RESPONSE_TOO_LARGE, f"the response exceeded {conn.limit} bytes")
+            if conn.cut_reached:  # checked before a complete parse: the stream ends exactly at its point
+                raise TransportError(ErrorKind.ABANDONED, "closed by the client after its planned number of "
+                                                          "tokens, as planned")
             if conn.closed:
                 p = parse_body(p, conn.data, True)
                 if not p.complete and (p.chunked or p.length is not None):
@@ -430,6 +440,9 @@ class _Exchange:
             if row is not None:
                 row.connected_ns = tr.now_ns()
             conn.t, conn.data, conn.wake_any, conn.size = [], [], True, 0
+            cut = row.cut if row is not None else None
+            conn.cut_reached = False
+            conn.cut_events, conn.cut_mark = cut if cut is not None else (0, b"\n\n")
             extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
             conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
                                  f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)

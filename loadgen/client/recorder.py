@@ -25,11 +25,12 @@ class Outcome(StrEnum):
     CONNECTION_ERROR = "connection_error"  # refused, reset or closed by the peer (error_kind says which)
     TIMEOUT = "timeout"                  # request_timeout elapsed, or still in flight when the drain ended
     DROPPED = "dropped"                  # held back by --max-concurrency and never started before the end
+    ABANDONED = "abandoned"              # cut off by the client at its planned point ([abandon]): not a failure
     INTERRUPTED = "interrupted"          # in flight when SIGINT/SIGTERM stopped the run
     CANCELLED = "cancelled"              # not yet due when SIGINT/SIGTERM stopped the run
 
 
-OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, INTERRUPTED, CANCELLED = Outcome
+OK, HTTP_ERROR, STREAM_ERROR, CONNECTION_ERROR, TIMEOUT, DROPPED, ABANDONED, INTERRUPTED, CANCELLED = Outcome
 
 
 class ErrorKind(StrEnum):
@@ -48,6 +49,7 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"                  # cancelled: not yet due at SIGINT/SIGTERM
     DROPPED = "dropped"                      # dropped: held back by --max-concurrency until the end
     SESSION_BROKEN = "session_broken"        # dropped: an earlier turn of its conversation failed
+    ABANDONED = "abandoned"                  # abandoned: closed by the client as planned ([abandon])
 
 
 def http_error_kind(status: int) -> str:
@@ -64,7 +66,9 @@ class Row:
                  "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
                  # workload shape (None = not set); after/think_ns drive session turns
-                 "prefix_group", "session", "turn", "after", "think_ns")
+                 "prefix_group", "session", "turn", "after", "think_ns",
+                 # [abandon]: cut off this long after dispatch / after this many output tokens (None = no)
+                 "abandon_after_ns", "abandon_after_tokens", "cut")
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -101,6 +105,9 @@ class Row:
     turn: int | None
     after: int | None
     think_ns: int
+    abandon_after_ns: int | None
+    abandon_after_tokens: int | None
+    cut: tuple[int, bytes] | None  # (events, their end mark): the transport closes the stream after that many
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -119,6 +126,7 @@ class Row:
         self.prefix_group = self.session = self.turn = None
         self.after = None   # idx of the previous turn: this row is sent think_ns after that one is done
         self.think_ns = 0
+        self.abandon_after_ns = self.abandon_after_tokens = self.cut = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.
@@ -149,7 +157,7 @@ class Recorder:
             if row.first_token_ns is not None:
                 self.ttft_window_ns.append(row.first_token_ns - row.intended_ns)
                 del self.ttft_window_ns[:-200]
-        elif row.outcome != CANCELLED:  # never sent: not a failure
+        elif row.outcome not in (CANCELLED, ABANDONED):  # never sent / closed as planned: not a failure
             self.failed += 1
 
     def take_finished(self) -> list[Row]:

@@ -17,6 +17,10 @@ Contract:
   per request (asyncio.timeout: ~5 µs a request);
 - after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
   `timeout` (error_kind drain_timeout);
+- a row with an abandonment point ([abandon]) is cut off by the client there, as a user closing the tab:
+  `abandon_after_ns` after its dispatch (a loop timer for that row only), or once the transport has seen
+  `abandon_after_tokens` output events (`row.cut`, counted by the transport per read); the row is
+  `abandoned` with what it had received. An exchange that ends first is what it is (ok, an error...);
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
   started become `cancelled`. Every row gets exactly one outcome;
 - session turns: a row with `after` = the idx of an earlier row is skipped by the dispatch
@@ -46,8 +50,8 @@ from collections.abc import Callable, MutableSequence, Sequence
 
 from loadgen.client.backends.base import Backend
 from loadgen.client.clock import Clock
-from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
-                              ErrorKind, Recorder, Row, http_error_kind)
+from loadgen.client.recorder import (ABANDONED, CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK,
+                                     TIMEOUT, ErrorKind, Recorder, Row, http_error_kind)
 from loadgen.client.offload import OFFLOAD_READS, in_worker
 from loadgen.client.transport import Response, Transport, TransportError
 from loadgen.config.options import default
@@ -73,6 +77,8 @@ class Runner:
         self._timed: dict[asyncio.Task[None], int] = {}  # task -> deadline ns, in dispatch (= deadline) order
         self._expired: set[asyncio.Task[None]] = set()   # cancelled by the watchdog, not yet finished
         self._watchdog: asyncio.TimerHandle | None = None
+        self._abandon_at: dict[asyncio.Task[None], asyncio.TimerHandle] = {}  # [abandon] after_ms rows only
+        self._abandoned: set[asyncio.Task[None]] = set()  # cut off by their abandonment timer, not yet finished
         self.drain_timeout_s = drain_timeout_ns / 1e9
         self.headers = {"Content-Type": "application/json", **(headers or {})}
         self.in_flight: dict[asyncio.Task[None], Row] = {}
@@ -110,6 +116,8 @@ class Runner:
             if self._watchdog is not None:
                 self._watchdog.cancel()
                 self._watchdog = None
+            for timer in self._abandon_at.values():
+                timer.cancel()
 
     async def _dispatch(self) -> None:
         clock, cap = self.clock, self.max_concurrency
@@ -139,6 +147,29 @@ class Runner:
         self._timed[task] = row.dispatched_ns + self.request_timeout_ns
         if self._watchdog is None:
             self._arm(row.dispatched_ns + self.request_timeout_ns)
+        if row.abandon_after_ns is not None:
+            self._abandon(task, row.dispatched_ns + row.abandon_after_ns)
+        elif row.abandon_after_tokens is not None:
+            row.cut = (row.abandon_after_tokens + self.backend.preamble_events, self.backend.event_end)
+
+    def _abandon(self, task: asyncio.Task[None], due_ns: int) -> None:
+        # Cut the request off at due_ns (the run's clock), or wait for it: the loop's timers keep its own
+        # coarser time and may fire up to a millisecond early, so an early one waits the rest.
+        self._abandon_at.pop(task, None)
+        left_ns = due_ns - self.clock.now_ns()
+        if left_ns > 0:
+            self._abandon_at[task] = asyncio.get_running_loop().call_later(left_ns / 1e9, self._abandon, task, due_ns)
+        elif not task.done():
+            self._abandoned.add(task)
+            task.cancel()
+
+    def _exchange_over(self, task: asyncio.Task[None]) -> None:
+        # The watchdog and an abandonment timer leave the request alone from here (its response is in).
+        self._timed.pop(task, None)
+        if self._abandon_at:
+            timer = self._abandon_at.pop(task, None)
+            if timer is not None:
+                timer.cancel()
 
     def _arm(self, deadline_ns: int) -> None:
         self._watchdog = asyncio.get_running_loop().call_later(
@@ -214,7 +245,7 @@ class Runner:
                     streamed = True
                     read_t, reads = await resp.stamped()  # stamped by the transport as reads land
             end_ns = now()
-            self._timed.pop(task, None)  # the exchange is over: the watchdog leaves it alone from here
+            self._exchange_over(task)
             if streamed and len(reads) > OFFLOAD_READS:
                 # A long stream is interpreted in a worker thread (loadgen/client/offload.py says why).
                 interpreted = True
@@ -222,18 +253,25 @@ class Runner:
         except TimeoutError:  # a transport's own (aiohttp's)
             row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT, f"no complete response within {self.request_timeout_s:g}s")
         except TransportError as e:
-            row.fail(CONNECTION_ERROR, e.kind, e.detail)
+            if e.kind == ErrorKind.ABANDONED:  # the transport cut the stream at row.cut
+                row.fail(ABANDONED, ErrorKind.ABANDONED, e.detail)
+            else:
+                row.fail(CONNECTION_ERROR, e.kind, e.detail)
         except asyncio.CancelledError:
             if task in self._expired:  # the watchdog's
                 row.fail(TIMEOUT, ErrorKind.REQUEST_TIMEOUT,
                          f"no complete response within {self.request_timeout_s:g}s")
+            elif task in self._abandoned:
+                row.fail(ABANDONED, ErrorKind.ABANDONED,
+                         f"closed by the client {row.abandon_after_ns / 1e9:g}s after dispatch, as planned")  # type: ignore[operator]
             else:
                 row.fail(*self._cut_off_as)
         except Exception as e:  # an unexpected client-side failure still yields the row
             row.fail(CONNECTION_ERROR, ErrorKind.CLIENT_ERROR, f"{type(e).__name__}: {e}")
         finally:
-            self._timed.pop(task, None)
+            self._exchange_over(task)
             self._expired.discard(task)
+            self._abandoned.discard(task)
             row.done_ns = end_ns or now()
             if streamed and not reads:
                 read_t, reads = resp.received()  # type: ignore[union-attr]  # streamed: resp is set; cut off mid-stream: keep what had already arrived

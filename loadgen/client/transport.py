@@ -52,12 +52,13 @@ class Transport(Protocol):
 
 
 class _Response:
-    __slots__ = ("_resp", "status", "_now", "_t", "_data")
+    __slots__ = ("_resp", "status", "_now", "_t", "_data", "_cut")
 
-    def __init__(self, resp: aiohttp.ClientResponse, now_ns: Callable[[], int]):
+    def __init__(self, resp: aiohttp.ClientResponse, now_ns: Callable[[], int], cut: tuple[int, bytes] | None):
         self.status, self._resp, self._now = resp.status, resp, now_ns
         self._t: array[int] = array("q")
         self._data: list[bytes] = []
+        self._cut = cut  # Row.cut: (events, their end mark) after which the client closes the stream
 
     async def read(self) -> bytes:
         return await self._resp.read()
@@ -66,9 +67,19 @@ class _Response:
         # aiohttp stamps a read when this task resumes (after the loop dispatched every other ready
         # socket), not in the protocol callback as rawhttp does: see rawhttp.py.
         now, t, data = self._now, self._t, self._data
+        if self._cut is None:
+            async for chunk in self._resp.content.iter_any():
+                t.append(now())
+                data.append(chunk)
+            return t, data
+        left, mark = self._cut
         async for chunk in self._resp.content.iter_any():
             t.append(now())
             data.append(chunk)
+            left -= chunk.count(mark)
+            if left <= 0:
+                raise TransportError(ErrorKind.ABANDONED, "closed by the client after its planned number of tokens, "
+                                                          "as planned")
         return t, data
 
     def received(self) -> tuple[array[int], list[bytes]]:
@@ -140,7 +151,7 @@ class AiohttpTransport:
                                           trace_request_ctx=row) as resp:
                 if row is not None:
                     row.response_ns = self.now_ns()
-                yield _Response(resp, self.now_ns)
+                yield _Response(resp, self.now_ns, row.cut if row is not None else None)
         except aiohttp.ClientConnectorError as e:
             raise TransportError(ErrorKind.CONNECT_FAILED, str(e)) from None
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,

@@ -11,7 +11,7 @@ from loadgen.config.credentials import url_problems
 from loadgen.config.kinds import INT64_MAX, is_file, is_number
 from loadgen.config.lengths import MAX_VALUE, Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
-from loadgen.config.runconfig import MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
+from loadgen.config.runconfig import AbandonSpec, MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
 from loadgen.config.sections import Reader
 from loadgen.config.units import parse_duration_ns
 
@@ -115,6 +115,22 @@ def session(r: Reader) -> SessionSpec | None:
         turns = Lengths(value=1)
     think = r.lengths("session.think_ms") if "think_ms" in s else Lengths(value=1000)
     return SessionSpec(turns, think)
+
+
+def abandon(r: Reader) -> AbandonSpec | None:
+    """[abandon]: a share of requests cut off after a drawn time (ms from dispatch) or number of tokens."""
+    a = r.raw.get("abandon")
+    if not isinstance(a, dict):
+        return None
+    share = a.get("share")
+    if not is_number(share) or not 0 < share <= 1:
+        r.bad("abandon.share", f"must be a number in (0, 1]: the share of requests abandoned, got {share!r}")
+        share = 1.0
+    after_ms = r.lengths("abandon.after_ms") if "after_ms" in a else None
+    after_tokens = r.lengths("abandon.after_tokens") if "after_tokens" in a else None
+    if (after_ms is None) == (after_tokens is None):
+        r.bad("abandon", "give after_ms (time from dispatch) or after_tokens (output tokens received), one of them")
+    return AbandonSpec(float(share), after_ms, after_tokens)
 
 
 def run_options(r: Reader, given: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,16 @@ class SessionSpec:
 
 
 @dataclass(frozen=True)
+class AbandonSpec:
+    """[abandon]: users who give up on a reply. Each request is abandoned with probability `share`; an
+    abandoned one is cut off (its connection closed) `after_ms` after its dispatch, or once `after_tokens`
+    output events of its stream have arrived: exactly one of the two is set."""
+    share: float
+    after_ms: Lengths | None = None
+    after_tokens: Lengths | None = None
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     model: str
@@ -98,6 +108,7 @@ class RunConfig:
     mix: tuple[MixClass, ...] = ()
     prefix: PrefixSpec | None = None
     session: SessionSpec | None = None
+    abandon: AbandonSpec | None = None
     tokenizer: str = default("tokenizer")
     prompt_salt: int | None = None  # prompt texts' salt (plan/bodies.py); None until run_workload draws one
     tokenizer_file: str | None = None

@@ -79,6 +79,11 @@ Production-shaped workloads add:
     turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1
     think_ms = { dist = "lognormal", median = 3000, sigma = 0.5 }  # think time after each reply
 
+    [abandon]                      # users who give up: a share of requests cut off (outcome abandoned)
+    share = 0.2                    # each request abandoned with this probability (drawn from the seed)
+    after_ms = { dist = "uniform", min = 500, max = 3000 }   # ms after its dispatch, or instead:
+    # after_tokens = 16            # once this many output tokens' events have arrived
+
 validate() runs every section's validation (sections.py, parts.py) and the client options' (client.py)
 and raises one ConfigError with every problem, each naming the file and key (or the CLI flag that set
 it). A field changed after loading goes through with_overrides(), which validates it again.
@@ -261,7 +266,8 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, **ru
     # [prompt]/[output] tokens are optional (and ignored when given).
     prompt = sections.prompt(r, bool(mix) or (trace is not None and trace.lengths))
     config = RunConfig(**head, arrivals=arrivals, **run, **request, **prompt, **options, source=source,
-                       trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r))
+                       trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r),
+                       abandon=parts.abandon(r))
     parts.across(r, config)
     if r.problems:
         raise ConfigError(r.problems)

@@ -30,6 +30,7 @@ from loadgen.plan.traces import Trace
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
 _MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
+_ABANDON_STREAM = 10
 NONE = -1  # "not set" in the int64 columns below
 _UNSET = np.zeros(0, dtype=np.int64)  # a Schedule column not given (replaced in __post_init__, never kept)
 
@@ -57,12 +58,15 @@ class Schedule:
     blocks: list | None = None        # Mooncake replay: the prompt's 512-token block ids per row
     conversation: np.ndarray = field(default_factory=_unset)  # int64, ShareGPT conversation (-1 = synthetic)
     source_line: np.ndarray = field(default_factory=_unset)   # int64, the trace line of its lengths (-1 = none)
+    abandon_ns: np.ndarray = field(default_factory=_unset)    # int64, cut off this long after dispatch (-1 = no)
+    abandon_tokens: np.ndarray = field(default_factory=_unset)  # int64, cut off after this many tokens (-1 = no)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
-                           ("think_ns", 0), ("conversation", NONE), ("source_line", NONE)):
+                           ("think_ns", 0), ("conversation", NONE), ("source_line", NONE),
+                           ("abandon_ns", NONE), ("abandon_tokens", NONE)):
             if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
         if self.new_tokens is None or self.new_tokens is _UNSET:
@@ -120,10 +124,27 @@ def build(config: RunConfig, trace=None) -> Schedule:
     s = _build(config, trace)
     if config.dataset is not None:
         s = _with_dataset(config, s, datasets.load_sharegpt(config.dataset))
+    if config.abandon is not None:
+        s = _with_abandon(config, s)
     if config.context_source:  # the target's context limit is known (run/prepare.py): every process fits alike
         from loadgen.plan.context import fit_context  # (context.py works on a Schedule: imported late)
         s = fit_context(s, config)
     return s
+
+
+def _with_abandon(config: RunConfig, s: Schedule) -> Schedule:
+    """[abandon]: which requests are abandoned (each with probability share) and at what point, drawn from
+    the seed (the same plan every time, whatever the run's mode or worker count)."""
+    a = config.abandon
+    assert a is not None  # (build() calls this only then)
+    spec = a.after_ms or a.after_tokens
+    assert spec is not None  # (the config has exactly one: parts.abandon)
+    n = len(s)
+    chosen = np.random.default_rng(sub_seed(config.seed, _ABANDON_STREAM)).random(n) < a.share
+    at = np.where(chosen, lengths.sample(spec, n, sub_seed(config.seed, _ABANDON_STREAM, 1)), NONE)
+    if a.after_ms is not None:
+        return replace(s, abandon_ns=np.where(chosen, at * 1_000_000, NONE))
+    return replace(s, abandon_tokens=at)
 
 
 def _with_dataset(config: RunConfig, s: Schedule, convs) -> Schedule:
@@ -302,6 +323,7 @@ def plan_records(s: Schedule) -> list[dict]:
                     "prefix_group": _opt(s.prefix_group[i]), "session": _opt(s.session[i]),
                     "turn": _opt(s.turn[i]), "after": _opt(s.after[i]),
                     "think_ns": int(s.think_ns[i]) if s.after[i] != NONE else None,
+                    "abandon_after_ns": _opt(s.abandon_ns[i]), "abandon_after_tokens": _opt(s.abandon_tokens[i]),
                     "warmup": bool(s.warmup[i])})
     return out
 

@@ -25,6 +25,7 @@ def to_text(summary: Summary) -> str:
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
         *_prefix_cache_lines(summary),
+        *_abandoned_lines(summary),
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
@@ -76,6 +77,23 @@ def _prefix_cache_lines(summary: Summary) -> list[str]:
     if c.get("mismatch"):
         lines.append(f"WARNING: {c['mismatch']}")
     return lines
+
+
+def _abandoned_lines(summary: Summary) -> list[str]:
+    # [abandon] (analysis/abandon.py): how many were cut, what they had got, whether the server let go
+    a = summary.get("abandoned")
+    if not a:
+        return []
+    got = a["output_tokens"]
+    line = (f"abandoned  {a['abandoned']} of {a['planned']} planned (by {a['by']}; {a['finished_first']} ended "
+            f"first); {a['with_first_token']} had a first token" + (f", tokens p50 {got['p50']:g} max {got['max']}"
+                                                                    if got else ""))
+    slots = a.get("server_slots")
+    if slots is None:
+        return [line]
+    verdict = "freed their slots" if slots["freed"] else "did NOT free their slots"
+    return [line, f"           the server {verdict}: it held {slots['excess_mean']:+.2f} requests on average "
+                  f"(max {slots['excess_max']:+.0f}) beyond those the client had open, over {slots['scrapes']} scrapes"]
 
 
 def _lag_lines(g: dict) -> list[str]:

@@ -59,8 +59,10 @@ REQUEST_SCHEMA = {
     "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
+    "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,   # [abandon]'s plan; null = not abandoned
 }
-_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens")  # read_run fills them in an older folder
+# read_run fills them in an older folder
+_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens", "abandon_after_ns", "abandon_after_tokens")
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -108,7 +110,7 @@ class Manifest(_ManifestRequired, total=False):
 class RunSummary(TypedDict):
     """What analysis/summary.summarize derives from the files of one run. All latencies in ms."""
     run: Json                                      # path, name, status, target (url)
-    requests: dict[str, int]                       # scheduled, ok, failed, dropped
+    requests: dict[str, int]                       # scheduled, ok, failed, dropped, abandoned
     outcomes: dict[str, int]                       # {outcome: rows}
     errors: Json                                   # analysis/failures.summarize: rate, counts, top texts
     rate: dict[str, float | None]                  # offered_per_s, achieved_per_s
@@ -123,6 +125,7 @@ class RunSummary(TypedDict):
     server: str | None                             # manifest.target.server.kind
     prompt_lengths: Json | None                    # manifest.workload.prompt_lengths as is
     prefix_cache: Json                             # hit_rate, source, expected_hit_rate, mismatch, ...
+    abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
 
 
 class Explanation(TypedDict):

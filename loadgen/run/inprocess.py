@@ -314,11 +314,16 @@ def plan_rows(job: Job, t0: int) -> tuple[list[Row], list[bytes], Bodies | None]
 
 def shape_rows(rows: list[Row], schedule: Schedule) -> None:
     """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null)."""
-    for r, g, s, t, a, k in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
-                                schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist()):
+    for r, g, s, t, a, k, an, at in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
+                                        schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist(),
+                                        schedule.abandon_ns.tolist(), schedule.abandon_tokens.tolist()):
         r.prefix_group, r.session, r.turn = (None if g < 0 else g), (None if s < 0 else s), (None if t < 0 else t)
         if a >= 0:
             r.after, r.think_ns, r.intended_ns = a, k, None  # timed by the previous turn, at run time
+        if an >= 0:
+            r.abandon_after_ns = an
+        if at >= 0:
+            r.abandon_after_tokens = at
 
 
 def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,

@@ -82,7 +82,7 @@ class Snapshot:
 
     @property
     def failed(self) -> int:
-        return sum(n for o, n in self.outcomes.items() if o not in ("ok", "cancelled"))
+        return sum(n for o, n in self.outcomes.items() if o not in ("ok", "cancelled", "abandoned"))
 
 
 class Feed:

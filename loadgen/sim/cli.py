@@ -130,6 +130,9 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default="reasoning_content",
                    help="the delta field reasoning streams in: reasoning_content, or reasoning as vLLM >= 0.19.1 "
                         "names it (default reasoning_content)")
+    p.add_argument("--ignore-disconnect", action="store_true",
+                   help="keep generating a request whose client closed its connection, to its end (a server "
+                        "that does not abort on disconnect: its slot stays taken)")
     p.add_argument("--tool-calls", action="store_true",
                    help="chat: the answer streams as delta.tool_calls pieces (one call, its arguments), not "
                         "content; finish_reason tool_calls")
@@ -253,6 +256,7 @@ def _make_sim(args, faults, child=None):
         raise ValueError(f"--reasoning-tokens {args.reasoning_tokens}: must be >= 0")
     sim.reasoning_tokens, sim.reasoning_field = args.reasoning_tokens, args.reasoning_field
     sim.tool_calls = args.tool_calls
+    sim.ignore_disconnect = args.ignore_disconnect
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

@@ -9,6 +9,7 @@ Consumers (server.py) call `await wait_for(n)`, which returns once the first n t
 from __future__ import annotations
 
 import asyncio
+import time
 
 from loadgen.sim.clock import sleep_until_ns
 from loadgen.sim.faults import Stall, stall_overlap_ns
@@ -42,6 +43,11 @@ class FixedGeneration(Generation):
         self.scheduled_ns = arrival_ns
         self.ttft_ns, self.itl_ns = ttft_ns, itl_ns
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
+
+    cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
     def due_of(self, i: int) -> int:
         # absolute: arrival + ttft + i * itl, never a chain of relative sleeps
@@ -98,18 +104,25 @@ class FixedBackend:
         self.ttft_ns, self.itl_ns = round(ttft_ns / speed), round(itl_ns / speed)
         self.stalls, self.sim_t0_ns = stalls, sim_t0_ns
         self.max_model_len: int | None = None  # --max-model-len: prompt + max_tokens above it is a 400
+        self.live: set[FixedGeneration] = set()  # for /metrics' running gauge (state())
 
     def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> Generation:
         if self.max_model_len is not None and len(prompt) + max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the model "
                              f"length ({self.max_model_len} tokens)")
-        return FixedGeneration(request_id, arrival_ns, prompt, max_tokens, ttft_ns=self.ttft_ns,
-                               itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
+        gen = FixedGeneration(request_id, arrival_ns, prompt, max_tokens, ttft_ns=self.ttft_ns,
+                              itl_ns=self.itl_ns, stalls=self.stalls, sim_t0_ns=self.sim_t0_ns)
+        self.live.add(gen)
+        return gen
 
     metrics = None
 
     def state(self) -> dict:
-        return {}
+        # Requests "running" (unlimited concurrency: none waits): submitted, not cancelled, their last token
+        # not yet due; a request whose client went away counts until its end unless it was cancelled
+        now = time.monotonic_ns()
+        self.live = {g for g in self.live if not g.cancelled and g.due_of(max(0, g.max_tokens - 1)) > now}
+        return {"running": len(self.live)}
 
     async def run(self) -> None:  # nothing to drive
         return None

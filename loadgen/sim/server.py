@@ -106,6 +106,7 @@ class Sim:
         self.reasoning_tokens = 0    # chat: the first R output tokens are reasoning (--reasoning-tokens)
         self.reasoning_field = "reasoning_content"  # or "reasoning" (--reasoning-field)
         self.tool_calls = False      # chat: the answer streams as tool_calls pieces (--tool-calls)
+        self.ignore_disconnect = False  # a request whose client went away generates on (--ignore-disconnect)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
@@ -186,7 +187,8 @@ class Sim:
             state["finish_ns"] = time.monotonic_ns()
             return web.Response(headers=headers)
         finally:
-            gen.cancel()
+            if not (self.ignore_disconnect and state["outcome"] == "client_gone"):
+                gen.cancel()   # (ignored: the engine keeps the request to its end, holding its slot)
             if self.in_flight.pop(key, None) is not None:
                 self.record(make())
 

@@ -60,7 +60,7 @@ def test_two_ray_actors_on_a_loopback_only_cluster(tmp_path):
     # one host, one wall clock: the measured offsets are within their own round trips
     assert all(abs(x["offset_ms"]) <= x["rtt_ms"] for x in ray["nodes"]), ray
     s = report_json(str(out))
-    assert s["requests"] == {"scheduled": 40, "ok": 40, "failed": 0, "dropped": 0}
+    assert s["requests"] == {"scheduled": 40, "ok": 40, "failed": 0, "dropped": 0, "abandoned": 0}
     req = read_run(out).requests
     assert set(req["worker"]) == {0, 1} and req["idx"].to_list() == list(range(40))
     # the parts came back from the actors: every request reached the server once, each at its planned time

@@ -24,7 +24,7 @@ def test_run_against_fixed_sim(fixed_sim, tmp_path, api):
     assert p.stdout.strip().splitlines()[-1] == str(out)  # the folder path comes last on stdout
 
     s = report_json(str(out))
-    assert s["requests"] == {"scheduled": 60, "ok": 60, "failed": 0, "dropped": 0}
+    assert s["requests"] == {"scheduled": 60, "ok": 60, "failed": 0, "dropped": 0, "abandoned": 0}
     assert s["valid"] is True
     # the rate kept is the self-check's business (test_selfcheck.py, make bench); here: the plan's rate
     assert abs(s["rate"]["offered_per_s"] / 20 - 1) < 0.3

@@ -33,7 +33,7 @@ def test_run_of_200_against_2_processes_every_request_once_in_the_truth(tmp_path
                 timeout=180)
     assert p.returncode == 0, p.stderr
     s = report_json(str(out))
-    assert s["requests"] == {"scheduled": 200, "ok": 200, "failed": 0, "dropped": 0}
+    assert s["requests"] == {"scheduled": 200, "ok": 200, "failed": 0, "dropped": 0, "abandoned": 0}
     rows = read_truth(out / "sim_truth.parquet")
     ids = Counter(r["request_id"] for r in rows)
     assert len(ids) == 200 and set(ids.values()) == {1}

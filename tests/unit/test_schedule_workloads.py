@@ -134,6 +134,21 @@ def test_ramp_and_stages_from_the_file(tmp_path):
     assert len(s) == 20 + 20 and not np.any((s.intended_ns > 10 * 10**9) & (s.intended_ns < 20 * 10**9))
 
 
+def test_abandon_draws_its_share_and_points_from_the_seed(tmp_path):
+    c = load(tmp_path, '[abandon]\nshare = 0.25\nafter_ms = { dist = "uniform", min = 100, max = 900 }\n')
+    a, b = build(c), build(c)
+    assert (a.abandon_ns == b.abandon_ns).all() and (a.abandon_tokens == NONE).all()
+    chosen = a.abandon_ns != NONE
+    assert 30 < chosen.sum() < 70    # 200 draws at 0.25: 50 +- 3 sd
+    ms = a.abandon_ns[chosen] / 1e6
+    assert ms.min() >= 100 and ms.max() <= 900 and (ms == ms.astype(int)).all()
+    rec = plan_records(a)
+    assert [r["abandon_after_ns"] is not None for r in rec] == chosen.tolist()
+    t = build(load(tmp_path, '[abandon]\nshare = 1\nafter_tokens = 7\n'))
+    assert (t.abandon_tokens == 7).all() and (t.abandon_ns == NONE).all()
+    assert (build(c).intended_ns == build(load(tmp_path)).intended_ns).all()   # the rest of the plan unchanged
+
+
 @pytest.mark.parametrize("extra,expected", [
     ('[trace]\nfile = "missing.csv"\n', "w.toml: trace.file: no such file"),
     ('[trace]\nfile = "w.toml"\nformat = "csv"\n', "w.toml: trace.format: must be one of azure, mooncake"),
@@ -147,6 +162,12 @@ def test_ramp_and_stages_from_the_file(tmp_path):
     ('[[mix]]\nweight = -1\nprompt = 5\noutput = 5\n', "w.toml: mix[0].weight: must be a number > 0"),
     ('[[mix]]\nweight = 1\nprompt = 5\n', "w.toml: mix[0].output: missing"),
     ('[prompt.x]\n', "w.toml: prompt.x: unknown key"),
+    ('[abandon]\nafter_ms = 100\n', "w.toml: abandon.share: must be a number in (0, 1]"),
+    ('[abandon]\nshare = 1.5\nafter_ms = 100\n', "w.toml: abandon.share: must be a number in (0, 1]"),
+    ('[abandon]\nshare = 0.5\n', "w.toml: abandon: give after_ms (time from dispatch) or after_tokens"),
+    ('[abandon]\nshare = 0.5\nafter_ms = 100\nafter_tokens = 4\n', "w.toml: abandon: give after_ms"),
+    ('[abandon]\nshare = 0.5\nafter_tokens = 0\n', "w.toml: abandon.after_tokens: must be >= 1"),
+    ('[abandon]\nshare = 0.5\nafter_ms = 100\nwhen = 3\n', "w.toml: abandon.when: unknown key"),
 ])
 def test_bad_new_keys_are_named(tmp_path, extra, expected):
     with pytest.raises(ConfigError) as e:

@@ -59,7 +59,7 @@ def test_summary_counts_rates_and_excludes_warmup():
     rows[3].done_ns = rows[3].intended_ns + 5 * MS
     rows[4].dispatched_ns = None
     s = summarize(make_run(rows))
-    assert s["requests"] == {"scheduled": 4, "ok": 2, "failed": 1, "dropped": 1}
+    assert s["requests"] == {"scheduled": 4, "ok": 2, "failed": 1, "dropped": 1, "abandoned": 0}
     assert s["rate"]["offered_per_s"] == pytest.approx(3 / 0.3)      # 4 intended over 300 ms
     assert s["rate"]["achieved_per_s"] == pytest.approx(2 / 0.2)     # 3 dispatched over 200 ms
     lat = s["latency_ms"]

@@ -19,6 +19,10 @@ class Backend(Protocol):
     api: str                # completions | chat
     model: str
     path: str               # the endpoint every request is posted to
+    # How the stream's events end (SSE b"\n\n", NDJSON b"\n") and how many come before the first that
+    # carries output (chat's role-only first event): what `[abandon] after_tokens` counts (runner.py).
+    event_end: bytes
+    preamble_events: int
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
         """One prompt text (chat: one user message)."""

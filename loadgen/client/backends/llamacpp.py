@@ -22,6 +22,7 @@ from loadgen.client.recorder import Row
 
 class LlamaCppBackend:
     path = "/completion"
+    event_end, preamble_events = b"\n\n", 0
 
     def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         # One native endpoint: `api` (completions|chat) is accepted and the prompt is sent as is.

@@ -29,6 +29,7 @@ PATHS = {"completions": "/api/generate", "chat": "/api/chat"}
 
 
 class OllamaBackend:
+    event_end, preamble_events = b"\n", 0   # NDJSON: one object per line, the first already with output
     def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]

@@ -47,9 +47,12 @@ PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
 class OpenAIBackend:
+    event_end = b"\n\n"
+
     def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]
+        self.preamble_events = 1 if api == "chat" else 0  # chat's first event: delta.role, no content
 
     def body(self, prompt: str, max_tokens: int) -> bytes:
         return self.body_messages(user(prompt), max_tokens)
