@@ -23,7 +23,7 @@ import polars as pl
 from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.analysis import abandon, completeness, failures, prefix_cache
-from loadgen.results.folder import ResultsError, Run, RunSummary
+from loadgen.results.folder import Json, ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
 STATS = metrics.STATS
@@ -98,7 +98,27 @@ def summarize(run: Run) -> RunSummary:
         "prompt_lengths": manifest.get("workload", {}).get("prompt_lengths"),
         "prefix_cache": prefix_cache.section(run),  # measured hit rate vs the workload's (prefix_cache.py)
         "abandoned": abandon.section(run, req),      # [abandon]: what was cut, did the server free the slots
+        "images": images(req),                       # [image]: what was sent, what the server charged
     }
+
+
+def images(measured: pl.DataFrame) -> Json | None:
+    """[image] (None without): requests with images, images and pixels sent, and the prompt tokens the server
+    charged for them over ok rows that report usage: prompt_tokens - planned_prompt_tokens (the plan counts
+    the text only, fitted exactly; docs/metrics.md)."""
+    if "images" not in measured.columns:
+        return None
+    rows = measured.filter(pl.col("images").is_not_null())
+    if not rows.height:
+        return None
+    ok = rows.filter((pl.col("outcome") == "ok") & pl.col("prompt_tokens").is_not_null())
+    charged = (ok["prompt_tokens"] - ok["planned_prompt_tokens"]).cast(pl.Float64)
+    per_image = charged / ok["images"]
+    return {"requests": rows.height, "images": int(rows["images"].sum()),
+            "pixels": int((rows["images"] * rows["image_width"] * rows["image_height"]).sum()),
+            "reported": ok.height,
+            "image_tokens": ({"total": int(charged.sum()), "per_request_p50": float(charged.median()),  # type: ignore[arg-type]
+                              "per_image_mean": float(per_image.mean())} if ok.height else None)}  # type: ignore[arg-type]
 
 
 def histograms(run_dir: str | Path) -> dict[str, dict] | None:

@@ -23,7 +23,7 @@ def command(args: argparse.Namespace) -> int:
     # lazy: planning pulls in numpy, polars (a fast start for the other commands)
     import orjson
 
-    from loadgen.plan.limits import check_schedule
+    from loadgen.plan.limits import check_images, check_schedule
     from loadgen.plan.schedule import build, plan_records
 
     if args.out and Path(args.out).suffix not in (".jsonl", ".parquet"):
@@ -32,6 +32,7 @@ def command(args: argparse.Namespace) -> int:
     out = out_file(args)  # before the plan is built: never over a run's own files
     schedule = build(workload_config(args)[0])
     check_schedule(schedule.prompt_tokens, schedule.max_tokens)
+    check_images(schedule)
     records = plan_records(schedule)
     if out:
         if out.suffix == ".parquet":

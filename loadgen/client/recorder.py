@@ -68,7 +68,8 @@ class Row:
                  # workload shape (None = not set); after/think_ns drive session turns
                  "prefix_group", "session", "turn", "after", "think_ns",
                  # [abandon]: cut off this long after dispatch / after this many output tokens (None = no)
-                 "abandon_after_ns", "abandon_after_tokens", "cut")
+                 "abandon_after_ns", "abandon_after_tokens", "cut",
+                 "images", "image_width", "image_height")   # [image]: how many, each w x h pixels (None = none)
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -107,6 +108,9 @@ class Row:
     think_ns: int
     abandon_after_ns: int | None
     abandon_after_tokens: int | None
+    images: int | None
+    image_width: int | None
+    image_height: int | None
     cut: tuple[int, bytes] | None  # (events, their end mark): the transport closes the stream after that many
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
@@ -127,6 +131,7 @@ class Row:
         self.after = None   # idx of the previous turn: this row is sent think_ns after that one is done
         self.think_ns = 0
         self.abandon_after_ns = self.abandon_after_tokens = self.cut = None
+        self.images = self.image_width = self.image_height = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -11,7 +11,8 @@ from loadgen.config.credentials import url_problems
 from loadgen.config.kinds import INT64_MAX, is_file, is_number
 from loadgen.config.lengths import MAX_VALUE, Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
-from loadgen.config.runconfig import AbandonSpec, MixClass, PrefixSpec, RunConfig, SessionSpec, TraceSpec
+from loadgen.config.runconfig import (IMAGE_FILLS, AbandonSpec, ImageSpec, MixClass, PrefixSpec, RunConfig,
+                                      SessionSpec, TraceSpec)
 from loadgen.config.sections import Reader
 from loadgen.config.units import parse_duration_ns
 
@@ -131,6 +132,30 @@ def abandon(r: Reader) -> AbandonSpec | None:
     if (after_ms is None) == (after_tokens is None):
         r.bad("abandon", "give after_ms (time from dispatch) or after_tokens (output tokens received), one of them")
     return AbandonSpec(float(share), after_ms, after_tokens)
+
+
+def image(r: Reader) -> ImageSpec | None:
+    """[image]: chat requests with generated images, their count and size drawn like lengths."""
+    m = r.raw.get("image")
+    if not isinstance(m, dict):
+        return None
+    share = m.get("share", 1.0)
+    if not is_number(share) or not 0 < share <= 1:
+        r.bad("image.share", f"must be a number in (0, 1]: the share of requests with images, got {share!r}")
+        share = 1.0
+    count = r.lengths("image.count") if "count" in m else Lengths(value=1)
+    sides = {}
+    for k in ("width", "height"):
+        if k not in m:
+            r.bad(f"image.{k}", "missing: the images' size in pixels (a number or a distribution)")
+        sides[k] = r.lengths(f"image.{k}") if k in m else Lengths(value=1)  # drawn sizes: plan/limits.py
+    fill = m.get("fill", "noise")
+    if fill not in IMAGE_FILLS:
+        r.bad("image.fill", f"must be one of {', '.join(IMAGE_FILLS)}, got {fill!r}")
+        fill = "noise"
+    if r.option("api") != "chat":
+        r.bad("image", "images are sent as chat message parts: needs api = \"chat\"")
+    return ImageSpec(float(share), count, sides["width"], sides["height"], fill)
 
 
 def run_options(r: Reader, given: dict[str, Any]) -> dict[str, Any]:

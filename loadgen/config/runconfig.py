@@ -68,6 +68,20 @@ class AbandonSpec:
     after_tokens: Lengths | None = None
 
 
+IMAGE_FILLS = ("noise", "flat")   # plan/images.py
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """[image]: chat requests carrying images. A request carries images with probability `share`: `count`
+    of them, each `width` x `height` pixels (drawn per request), generated from the seed (plan/images.py)."""
+    share: float
+    count: Lengths
+    width: Lengths
+    height: Lengths
+    fill: str = "noise"   # noise: incompressible pixels (a photo's wire size); flat: one colour (tiny)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     name: str
@@ -109,6 +123,7 @@ class RunConfig:
     prefix: PrefixSpec | None = None
     session: SessionSpec | None = None
     abandon: AbandonSpec | None = None
+    image: ImageSpec | None = None
     tokenizer: str = default("tokenizer")
     prompt_salt: int | None = None  # prompt texts' salt (plan/bodies.py); None until run_workload draws one
     tokenizer_file: str | None = None

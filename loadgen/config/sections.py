@@ -21,7 +21,7 @@ from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
 KEYS = {
     "": {"name", "model", "api", "backend", "seed", "arrivals", "run", "prompt", "output", "request",
-         "trace", "mix", "prefix", "session", "abandon"},
+         "trace", "mix", "prefix", "session", "abandon", "image"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time",
@@ -31,6 +31,7 @@ KEYS = {
     "prefix": {"tokens", "groups", "fraction"},
     "session": {"turns", "think_ms"},
     "abandon": {"share", "after_ms", "after_tokens"},
+    "image": {"share", "count", "width", "height", "fill"},
     "output": {"tokens"},
     "request": {"api_key_env", "extra_body"},
 }

@@ -84,6 +84,13 @@ Production-shaped workloads add:
     after_ms = { dist = "uniform", min = 500, max = 3000 }   # ms after its dispatch, or instead:
     # after_tokens = 16            # once this many output tokens' events have arrived
 
+    [image]                        # chat requests with generated PNG images (plan/images.py)
+    share = 0.5                    # each request carries images with this probability
+    count = 1                      # images per request, width and height in pixels: any length form
+    width = 448
+    height = 448
+    fill = "noise"                 # noise | flat
+
 validate() runs every section's validation (sections.py, parts.py) and the client options' (client.py)
 and raises one ConfigError with every problem, each naming the file and key (or the CLI flag that set
 it). A field changed after loading goes through with_overrides(), which validates it again.
@@ -267,7 +274,7 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, **ru
     prompt = sections.prompt(r, bool(mix) or (trace is not None and trace.lengths))
     config = RunConfig(**head, arrivals=arrivals, **run, **request, **prompt, **options, source=source,
                        trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r),
-                       abandon=parts.abandon(r))
+                       abandon=parts.abandon(r), image=parts.image(r))
     parts.across(r, config)
     if r.problems:
         raise ConfigError(r.problems)

@@ -22,6 +22,10 @@ the last user message's text is fitted to it (PromptMaker.fit_last); shared piec
   more, u_t is empty and the turn's count is off (prompt_checks.impossible; the run's verdict says so).
   ShareGPT turns (a dataset's text) are sent as they are.
 
+Images ([image]): row i's n images, generated from (seed, salt, i) (plan/images.py), are content parts of
+its last user message after the text; the text is fitted as without them (the planned prompt counts text
+only; the server adds its own image tokens, which the row's prompt_tokens then include).
+
 Salt (`prompt.salt`, manifest `config.prompt_salt`): every text above is drawn from (seed, salt, ...), so
 the salt changes every word and no length (lengths and times come from the seed alone, schedule.py).
 What the rules above share, they share within one run; two runs share nothing unless they use the same
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from loadgen.plan import images
 from loadgen.plan.prompts import PromptMaker
 from loadgen.plan.schedule import NONE, Schedule
 
@@ -40,10 +45,11 @@ BLOCK_TOKENS = 512
 
 class Bodies:
     def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None,
-                 salt: int | None = None):
+                 salt: int | None = None, image_fill: str | None = None):
         self.s, self.backend, self.maker, self.seed = schedule, backend, maker, seed
         self._key = [seed, 3] if salt is None else [seed, 3, salt]
         self.convs = conversations
+        self.image_fill = image_fill   # [image] fill (plan/images.py)
         self._prefix: dict[int, str] = {}
         self._blocks: dict[tuple[int, int], str] = {}
         self.user_text: list[str] = []
@@ -82,7 +88,7 @@ class Bodies:
             prefix = self._prefix_of(i)
             own = self._own_text(i, prefix)
             self.user_text.append(own)
-            out.append(self._body(prefix, [("user", own)], int(s.max_tokens[i])))
+            out.append(self._body(prefix, [("user", own)], int(s.max_tokens[i]), i))
         return out
 
     def _prefix_of(self, i: int) -> str:
@@ -122,11 +128,17 @@ class Bodies:
         # included (prompts.py).
         return self.maker.text(n, self._rng(0, i), whole=True)
 
-    def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
+    def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int, i: int) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by
-        # newlines (backends.joined), prefix first.
-        msgs = ([{"role": "system", "content": prefix}] if prefix else []) + [
+        # newlines (backends.joined), prefix first. Row i's images ([image]) go with its last user message,
+        # after its text, as OpenAI content parts (a session's earlier turns are resent as text only).
+        msgs: list[dict] = ([{"role": "system", "content": prefix}] if prefix else []) + [
             {"role": role, "content": text} for role, text in messages]
+        n = int(self.s.images[i])
+        if n:
+            m = self.image_fill or "noise"
+            msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]}, *images.parts(
+                n, int(self.s.image_width[i]), int(self.s.image_height[i]), self._rng(5, i), m)]
         return self.backend.body_messages(msgs, max_tokens)
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
@@ -148,5 +160,5 @@ class Bodies:
             self.turns_impossible += self.maker.impossible - before
         messages = history + [("user", text)]
         self._history[j] = messages
-        return self._body(prefix, messages, int(s.max_tokens[j])), planned
+        return self._body(prefix, messages, int(s.max_tokens[j]), j), planned
 

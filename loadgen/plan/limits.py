@@ -72,3 +72,29 @@ def check_schedule(prompt_tokens: np.ndarray, max_tokens: np.ndarray) -> None:
                         f"of this machine's memory ({have / 2**31:.1f} GiB) is allowed: {_FIX}, or shorter prompts")
     if problems:
         raise ConfigError(problems)
+
+
+MAX_IMAGE_SIDE = 8192      # pixels
+MAX_IMAGES_PER_REQUEST = 64
+
+
+def check_images(s) -> None:
+    """[image]: the drawn sizes and counts within bounds, and the images' bytes (base64 PNG, built with the
+    bodies before t0: ~4 bytes per pixel for `noise`) within half of this machine's memory."""
+    if not s.images.any():
+        return
+    problems = []
+    for key, arr, limit in (("image.width", s.image_width, MAX_IMAGE_SIDE),
+                            ("image.height", s.image_height, MAX_IMAGE_SIDE),
+                            ("image.count", s.images, MAX_IMAGES_PER_REQUEST)):
+        if int(arr.max()) > limit:
+            problems.append(f"{key}: drawn up to {int(arr.max()):,}, at most {limit:,} (bound the distribution "
+                            f"with max)")
+    need = int((s.images * np.maximum(s.image_width, 0) * np.maximum(s.image_height, 0)).sum(dtype=np.int64)) * 4
+    have = _physical_bytes()
+    if have and need > have // 2 and not problems:
+        problems.append(f"the plan's images need about {need / 2**30:.1f} GiB as request bodies; at most half of "
+                        f"this machine's memory ({have / 2**31:.1f} GiB) is allowed: fewer or smaller images, "
+                        f"image.fill = \"flat\", or {_FIX}")
+    if problems:
+        raise ConfigError(problems)

@@ -30,7 +30,7 @@ from loadgen.plan.traces import Trace
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
 _MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
-_ABANDON_STREAM = 10
+_ABANDON_STREAM, _IMAGE_STREAM = 10, 11
 NONE = -1  # "not set" in the int64 columns below
 _UNSET = np.zeros(0, dtype=np.int64)  # a Schedule column not given (replaced in __post_init__, never kept)
 
@@ -60,13 +60,17 @@ class Schedule:
     source_line: np.ndarray = field(default_factory=_unset)   # int64, the trace line of its lengths (-1 = none)
     abandon_ns: np.ndarray = field(default_factory=_unset)    # int64, cut off this long after dispatch (-1 = no)
     abandon_tokens: np.ndarray = field(default_factory=_unset)  # int64, cut off after this many tokens (-1 = no)
+    images: np.ndarray = field(default_factory=_unset)        # int64, images the request carries (0 = none)
+    image_width: np.ndarray = field(default_factory=_unset)   # int64, pixels of each of them (-1 = none)
+    image_height: np.ndarray = field(default_factory=_unset)  # int64
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
                            ("think_ns", 0), ("conversation", NONE), ("source_line", NONE),
-                           ("abandon_ns", NONE), ("abandon_tokens", NONE)):
+                           ("abandon_ns", NONE), ("abandon_tokens", NONE), ("images", 0),
+                           ("image_width", NONE), ("image_height", NONE)):
             if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
         if self.new_tokens is None or self.new_tokens is _UNSET:
@@ -126,6 +130,8 @@ def build(config: RunConfig, trace=None) -> Schedule:
         s = _with_dataset(config, s, datasets.load_sharegpt(config.dataset))
     if config.abandon is not None:
         s = _with_abandon(config, s)
+    if config.image is not None:
+        s = _with_images(config, s)
     if config.context_source:  # the target's context limit is known (run/prepare.py): every process fits alike
         from loadgen.plan.context import fit_context  # (context.py works on a Schedule: imported late)
         s = fit_context(s, config)
@@ -145,6 +151,18 @@ def _with_abandon(config: RunConfig, s: Schedule) -> Schedule:
     if a.after_ms is not None:
         return replace(s, abandon_ns=np.where(chosen, at * 1_000_000, NONE))
     return replace(s, abandon_tokens=at)
+
+
+def _with_images(config: RunConfig, s: Schedule) -> Schedule:
+    """[image]: which requests carry images (each with probability share), how many and of what size."""
+    m = config.image
+    assert m is not None  # (build() calls this only then)
+    n = len(s)
+    carries = np.random.default_rng(sub_seed(config.seed, _IMAGE_STREAM)).random(n) < m.share
+    draw = [lengths.sample(spec, n, sub_seed(config.seed, _IMAGE_STREAM, k))
+            for k, spec in enumerate((m.count, m.width, m.height), start=1)]
+    return replace(s, images=np.where(carries, draw[0], 0), image_width=np.where(carries, draw[1], NONE),
+                   image_height=np.where(carries, draw[2], NONE))
 
 
 def _with_dataset(config: RunConfig, s: Schedule, convs) -> Schedule:
@@ -324,6 +342,8 @@ def plan_records(s: Schedule) -> list[dict]:
                     "turn": _opt(s.turn[i]), "after": _opt(s.after[i]),
                     "think_ns": int(s.think_ns[i]) if s.after[i] != NONE else None,
                     "abandon_after_ns": _opt(s.abandon_ns[i]), "abandon_after_tokens": _opt(s.abandon_tokens[i]),
+                    "images": int(s.images[i]), "image_width": _opt(s.image_width[i]),
+                    "image_height": _opt(s.image_height[i]),
                     "warmup": bool(s.warmup[i])})
     return out
 

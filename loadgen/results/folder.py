@@ -60,9 +60,11 @@ REQUEST_SCHEMA = {
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
     "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,   # [abandon]'s plan; null = not abandoned
+    "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,  # [image]; null = none
 }
 # read_run fills them in an older folder
-_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens", "abandon_after_ns", "abandon_after_tokens")
+_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens", "abandon_after_ns", "abandon_after_tokens",
+          "images", "image_width", "image_height")
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -126,6 +128,7 @@ class RunSummary(TypedDict):
     prompt_lengths: Json | None                    # manifest.workload.prompt_lengths as is
     prefix_cache: Json                             # hit_rate, source, expected_hit_rate, mismatch, ...
     abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
+    images: Json | None                            # analysis/summary.images: [image]'s requests, tokens charged
 
 
 class Explanation(TypedDict):

@@ -166,7 +166,9 @@ def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict 
     if reasons:
         status = "invalid"
     if lengths is not None:  # the server's own counts of what was sent
-        ok = requests.filter(pl.col("outcome") == "ok")
+        # a row with images ([image]) is left out: its server count adds the server's image tokens to the
+        # planned text (summary `images` reports them)
+        ok = requests.filter((pl.col("outcome") == "ok") & pl.col("images").is_null())
         usage_check(lengths, list(zip(ok["planned_prompt_tokens"].to_list(), ok["prompt_tokens"].to_list())))
         if status == "complete" and not lengths["exact"] and not lengths["asked_approximate"]:
             # the server was offered other prompts than the plan's: the run does not describe the workload

@@ -324,6 +324,10 @@ def shape_rows(rows: list[Row], schedule: Schedule) -> None:
             r.abandon_after_ns = an
         if at >= 0:
             r.abandon_after_tokens = at
+    for r, n, w, h in zip(rows, schedule.images.tolist(), schedule.image_width.tolist(),
+                          schedule.image_height.tolist()):
+        if n:
+            r.images, r.image_width, r.image_height = n, w, h
 
 
 def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,

@@ -21,7 +21,7 @@ from typing import TextIO
 
 from loadgen.config.client import ClientOptions, target_url_and_headers
 from loadgen.config.workload import ConfigError, RunConfig, with_overrides
-from loadgen.plan.limits import check_config, check_schedule
+from loadgen.plan.limits import check_config, check_images, check_schedule
 from loadgen.plan.schedule import Schedule, build
 from loadgen.results.folder import RunWriter
 from loadgen.run import ray_workers
@@ -64,6 +64,7 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
     check_config(config)
     schedule = build(config)
     check_schedule(schedule.prompt_tokens, schedule.max_tokens)  # before any prompt text exists
+    check_images(schedule)
     say_plan(progress, schedule)
     n = count_for(config, schedule) if config.ray is not None or config.workers != 1 else 1
     if config.ray is not None or n > 1:  # the workers write into the folder: it is named in their config

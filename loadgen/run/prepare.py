@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TextIO
 
 from loadgen.client.backends import make_backend
+from loadgen.client.backends.openai import OpenAIBackend
 from loadgen.config.client import ClientOptions
-from loadgen.config.workload import RunConfig, redact_url, with_overrides
+from loadgen.config.workload import ConfigError, RunConfig, redact_url, with_overrides
 from loadgen.plan.bodies import Bodies
 from loadgen.plan.datasets import load_sharegpt
 from loadgen.plan.prompts import PromptMaker, verdict
@@ -98,7 +99,11 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
                                            config.model, progress, headers, tls)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
-    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt)
+    if config.image is not None and not (isinstance(backend, OpenAIBackend) and backend.api == "chat"):
+        raise ConfigError([f"image: images are sent as OpenAI chat content parts; the {config.backend} backend "
+                           f"of this target does not take them"])
+    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt,
+                    image_fill=config.image.fill if config.image else None)
     built = bodies.build_all()
     checks = maker.summary()
     info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,

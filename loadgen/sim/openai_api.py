@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.sim import tokenizer
+from loadgen.sim import images, tokenizer
 from loadgen.sim.native_apis import llamacpp_timings
 from loadgen.sim.server import DEFAULT_MAX_TOKENS, BadRequest, Context, Parsed, Surface, server_timings
 
@@ -158,14 +158,15 @@ class ChatCompletions(_OpenAI):
         stream, include_usage, continuous, model = _common(body)
         try:
             text = tokenizer.chat_prompt_text(body.get("messages"), getattr(sim, "chat_template", "none"))
+            pictures = images.image_tokens(body.get("messages"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
+        return Parsed(tokenizer.words(text) + pictures, _max_tokens(body, "max_completion_tokens", "max_tokens"),
                       stream, model or sim.model, include_usage,
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        "reasoning": getattr(sim, "reasoning_tokens", 0),
                        "reasoning_field": getattr(sim, "reasoning_field", "reasoning_content"),
-                       "tool_calls": getattr(sim, "tool_calls", False)})
+                       "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures)})
 
     def _delta(self, ctx: Context, start: int, end: int) -> dict:
         # Output tokens start..end-1: those below the reasoning count as reasoning, the rest as the answer.

@@ -169,6 +169,7 @@ class Sim:
                             stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
                             http_status=200, outcome=state["outcome"],
                             cached_tokens=gen.cached_tokens, reasoning=parsed.extra.get("reasoning", 0),
+                            image_tokens=parsed.extra.get("image_tokens", 0),
                             **{**row_args, "fault": ";".join(x for x in (label, "stall" if gen.stalled else "") if x)})
 
         key = id(ctx)
