@@ -25,7 +25,7 @@ from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
 from loadgen.analysis.fail_if import LATENCY as FAIL_IF_LATENCY, Rule, evaluate, parse_fail_if
-from loadgen.errors import ExitCode
+from loadgen.errors import CompareError, ExitCode
 from loadgen.results.folder import Manifest, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
@@ -40,10 +40,6 @@ RATE_TOLERANCE = 0.01
 # a CI of about +-0.5 % yet moved by more than 2 % between a run and its rerun on the shared 2-core
 # development machine (tests/integration/test_compare.py).
 MIN_EFFECT = 0.05
-
-
-class CompareError(Exception):
-    pass
 
 
 @dataclass

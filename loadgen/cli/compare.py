@@ -69,7 +69,7 @@ def compare_cli(args, slo_ms) -> int:
 
     from loadgen.analysis.compare import CompareError, compare, exit_code, invalid_lines, to_text
     from loadgen.analysis.fail_if import FailIfError
-    from loadgen.cli.sweep_args import ArgError, fraction
+    from loadgen.run.sweep_args import ArgError, fraction
     from loadgen.results.folder import ResultsError
 
     out = out_file(args)  # before the bootstrap: never over a run's own files
