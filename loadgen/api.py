@@ -30,7 +30,7 @@ from loadgen.analysis.report_summary import build
 from loadgen.analysis.summary import measured
 from loadgen.config.keywords import as_keywords, keyword, options_of, to_flags
 from loadgen.config.slo import parse_slo
-from loadgen.errors import ArgError, ConfigError, ExitCode, ResultsError
+from loadgen.errors import ArgError, CompareError, ConfigError, ExitCode, ResultsError
 from loadgen.plan.checked import load_checked
 from loadgen.results.folder import Json, Run, Summary, read_run
 from loadgen.run.launch import run_workload
@@ -221,7 +221,10 @@ def compare(a: str | os.PathLike[str] | Result | Repeats | Sweep, b: str | os.Pa
         raise ConfigError([f"slo: {e}"]) from None
     rules = [fail_if] if isinstance(fail_if, str) else list(fail_if)
     inputs = [_folder(x) for x in (a, b, *more)]
-    return Comparison(compare_folders(inputs, slo_ms, rules, allow_invalid=allow_invalid, **method))
+    try:
+        return Comparison(compare_folders(inputs, slo_ms, rules, allow_invalid=allow_invalid, **method))
+    except CompareError as e:  # its options' problems name the flags: here the keywords
+        raise CompareError(as_keywords([str(e)], {"--resamples", "--seed", "--min-effect"})[0]) from None
 
 
 class Sweep:
