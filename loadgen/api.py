@@ -6,7 +6,7 @@
 
 The same library calls as the commands, nothing of its own: a workload and its overrides become one
 checked config as `loadgen run`'s flags do (plan/checked.py; the keywords: config/keywords.py), the run is
-run/launch.run_workload (or run/repeat.run_repeated with repeat=N), the figures are `loadgen report`'s
+run/repeat.run_config's (run/launch.run_workload, or N of them with repeat=N), the figures are `loadgen report`'s
 (analysis/report_summary.build), the comparison `loadgen compare`'s (analysis/compare.compare), the sweep
 `loadgen sweep`'s (run/sweep.run_sweep). Bad input raises the CLI's exit-2 errors (loadgen/errors.py:
 ConfigError with every problem at once, each naming the keyword; ResultsError, ArgError, SweepError,
@@ -33,9 +33,8 @@ from loadgen.config.slo import parse_slo
 from loadgen.errors import ArgError, CompareError, ConfigError, ExitCode, ResultsError
 from loadgen.plan.checked import load_checked
 from loadgen.results.folder import Json, Run, Summary, read_run
-from loadgen.run.launch import run_workload
 from loadgen.run.outcome import exit_code_of
-from loadgen.run.repeat import run_repeated
+from loadgen.run.repeat import run_config
 from loadgen.run.sweep import MANIFEST as SWEEP_MANIFEST, SUMMARY_JSON as SWEEP_SUMMARY, default_sweep_out, run_sweep
 from loadgen.run.sweep_args import SPEC_OPTIONS, spec_defaults, spec_from_args
 
@@ -175,11 +174,8 @@ def run(workload: str | os.PathLike[str] | None = None, out: str | os.PathLike[s
     out: the results folder, by default `results/NAME-TIMESTAMP` under the working directory (as the
     command's). Progress lines go to stderr unless quiet. repeat=N returns the Repeats."""
     cfg, client = _checked("run", workload, {**overrides, "out": out})
-    if cfg.repeat > 1:  # a repeats folder of N runs (run/repeat.py), as `loadgen run --repeat N`
-        outcome = run_repeated(cfg, progress=_progress(quiet), client=client)
-        return Repeats(outcome.path)
-    outcome = run_workload(cfg, progress=_progress(quiet), client=client)
-    return Result(read_run(outcome.path))
+    outcome = run_config(cfg, progress=_progress(quiet), client=client)   # as `loadgen run`
+    return Repeats(outcome.path) if cfg.repeat > 1 else Result(read_run(outcome.path))
 
 
 class Comparison:

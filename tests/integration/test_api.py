@@ -166,3 +166,11 @@ def test_import_is_cheap_and_run_is_the_function_whatever_was_imported_first():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "['compare', 'read', 'run', 'sweep']"
+
+
+def test_repeat_returns_the_repeats_and_each_run(tmp_path):
+    rep = loadgen.run("quickstart", tmp_path / "rep", rate="6/s", repeat=2, **SHORT)
+    assert isinstance(rep, loadgen.api.Repeats) and rep.record["repeats"] == 2
+    assert [r.path.name for r in rep.runs] == ["repeat-1", "repeat-2"]
+    assert all(r.requests.height == 12 for r in rep.runs)
+    assert isinstance(loadgen.read(rep.path), loadgen.api.Repeats)   # read() knows the folder too
