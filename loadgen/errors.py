@@ -11,6 +11,10 @@ to a request (refused, reset, timed out, malformed) is data, recorded in its row
     ├── ResultsError             a results folder that cannot be read (results/folder.py)
     │   └── StorageError         a file that cannot be written (disk full, quota, read-only): exit 5
     ├── SimStartError            the built-in simulator did not start (sim/process.py)
+    ├── ArgError                 a sweep's own options (run/sweep_args.py), each naming its flag
+    ├── SweepError               a sweep that cannot run or resume (run/sweep.py)
+    ├── CompareError             inputs or options compare cannot use (analysis/compare.py)
+    ├── FailIfError              a --fail-if rule that does not parse (analysis/fail_if.py)
     └── TransportError           one request's connection failed: caught by the runner, becomes the
                                  row's error_kind (`kind`) and error_detail, never reaches the user
 """
@@ -117,6 +121,22 @@ def errno_name(code: int | None) -> str:
 
 
 class SimStartError(LoadgenError):
+    pass
+
+
+class ArgError(LoadgenError):
+    pass
+
+
+class SweepError(LoadgenError):
+    pass
+
+
+class CompareError(LoadgenError):
+    pass
+
+
+class FailIfError(LoadgenError):
     pass
 
 

@@ -21,11 +21,12 @@ import polars as pl
 
 from loadgen.analysis import bootstrap as bs
 from loadgen.analysis import goodput, prefix_cache, repeats
+from loadgen.config.kinds import INT64_MAX
 from loadgen.config.slo import from_keys as slo_from_keys
 from loadgen import metrics
 from loadgen.analysis.summary import measured
 from loadgen.analysis.fail_if import LATENCY as FAIL_IF_LATENCY, Rule, evaluate, parse_fail_if
-from loadgen.errors import ExitCode
+from loadgen.errors import CompareError, ExitCode
 from loadgen.results.folder import Manifest, loop_lateness_p99_ms, read_run
 
 SCHEMA_VERSION = 1
@@ -40,10 +41,6 @@ RATE_TOLERANCE = 0.01
 # a CI of about +-0.5 % yet moved by more than 2 % between a run and its rerun on the shared 2-core
 # development machine (tests/integration/test_compare.py).
 MIN_EFFECT = 0.05
-
-
-class CompareError(Exception):
-    pass
 
 
 @dataclass
@@ -498,10 +495,28 @@ def _gate(rule: Rule, checked: list[list[dict]], invalid: list[dict], allow_inva
     return {"rule": rule.text, "held": bool(held), "value": (held or hits or [{"value": None}])[0]["value"]}
 
 
+MAX_RESAMPLES = 1_000_000   # each resample is a pass over every request of both runs: more is a typo
+MIN_RESAMPLES = 100
+
+
+def method_problems(resamples: object, seed: object, min_effect: object) -> list[str]:
+    """The bootstrap's options checked, each problem naming its flag (--resamples, --seed, --min-effect)."""
+    def whole(flag: str, v: object, lo: int, hi: int) -> list[str]:
+        ok = isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+        return [] if ok else [f"{flag}: must be a whole number from {lo} to {hi}, got {v!r}"]
+
+    ok = isinstance(min_effect, (int, float)) and not isinstance(min_effect, bool) and 0 <= min_effect <= 1
+    return (whole("--resamples", resamples, MIN_RESAMPLES, MAX_RESAMPLES) + whole("--seed", seed, 0, INT64_MAX)
+            + ([] if ok else [f"--min-effect: must be a fraction from 0 to 1, got {min_effect!r}"]))
+
+
 def compare(inputs: list[str], slo_ms=None, fail_if: Sequence[str] = (), resamples: int = bs.RESAMPLES,
             seed: int = 0, min_effect: float = MIN_EFFECT, allow_invalid: bool = False) -> dict:
     if len(inputs) < 2:
         raise CompareError("compare needs at least two results or sweep folders")
+    problems = method_problems(resamples, seed, min_effect)
+    if problems:
+        raise CompareError("; ".join(problems))
     rules = [parse_fail_if(t) for t in fail_if]
     comps = [compare_pair(inputs[0], b, slo_ms, rules, resamples, seed, min_effect, allow_invalid)
              for b in inputs[1:]]

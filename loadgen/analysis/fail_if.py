@@ -17,16 +17,13 @@ import re
 from dataclasses import dataclass
 
 from loadgen.config.units import parse_duration_ns
+from loadgen.errors import FailIfError
 
 LATENCY = ("ttft", "ttfa", "ttft_from_send", "tpot", "itl", "e2e")  # compare.py reads these too
 SINGLE = ("throughput", "token_throughput", "goodput", "attainment")
 STATS = ("p50", "p90", "p99", "mean")
 _RULE = re.compile(r"\s*(?:(?P<stat>[a-z0-9]+)\s+)?(?P<metric>[a-z0-9_]+)\s*(?P<op>[<>])\s*"
                    r"(?P<value>[+-]?[0-9]*\.?[0-9]+)\s*(?P<unit>%|[a-zµ]+|/s)?\s*")
-
-
-class FailIfError(Exception):
-    pass
 
 
 @dataclass(frozen=True)

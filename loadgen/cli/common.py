@@ -33,26 +33,11 @@ WORKLOAD_HELP = ("workload file (TOML), or a shipped workload's name (`loadgen w
 
 
 def workload_config(args: argparse.Namespace):
-    """(RunConfig, ClientOptions) from the workload file and the flags: one ConfigError with every problem
-    of the file, the flags, the client options and, with a trace, its bad rows."""
-    # lazy: the config and plan modules are not needed by `--help` (a fast start)
-    from loadgen.config import workload as config
-    from loadgen.plan import traces
-    from loadgen.plan.limits import check_config
+    """(RunConfig, ClientOptions) from the workload file and the flags (plan/checked.py: every problem at
+    once, as one ConfigError)."""
+    from loadgen.plan.checked import load_checked  # lazy: the config and plan modules (a fast start)
 
-    try:
-        cfg, client = config.load_run(args.workload, values(args))
-    except ConfigError as e:
-        path = getattr(args, "trace", None)
-        more: list[str] = []
-        if path:
-            try:
-                traces.read(path, args.trace_format or "", skip_bad_rows=bool(args.skip_bad_rows))
-            except traces.TraceError as t:
-                more = t.problems
-        raise ConfigError(e.problems + more) from None
-    check_config(cfg)
-    return cfg, client
+    return load_checked(args.workload, values(args))
 
 
 def slo(args: argparse.Namespace) -> dict[str, float] | None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from loadgen.cli.common import RAW, SLO_HELP, add_out, out_file, slo, write_out
-from loadgen.config.kinds import INT64_MAX, is_decimal
+from loadgen.config.kinds import is_decimal
 from loadgen.errors import ExitCode
 
 COMPARE_EXAMPLES = """\
@@ -50,17 +50,13 @@ def command(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
 
 
-MAX_RESAMPLES = 1_000_000   # each resample is a pass over every request of both runs: more is a typo
-
-
-def _whole(flag: str, text: str, minimum: int, maximum: int) -> int:
-    """text as an integer in [minimum, maximum]; else a CompareError naming the flag (exit 2)."""
+def _whole(flag: str, text: str) -> int:
+    """text as an integer; else a CompareError naming the flag (exit 2). Its range: compare() checks it."""
     from loadgen.analysis.compare import CompareError  # lazy: polars, numpy
 
-    value = int(text) if is_decimal(text) else None
-    if value is None or not minimum <= value <= maximum:
-        raise CompareError(f"{flag}: must be a whole number from {minimum} to {maximum}, got {text!r}")
-    return value
+    if not is_decimal(text):
+        raise CompareError(f"{flag}: must be a whole number, got {text!r}")
+    return int(text)
 
 
 def compare_cli(args, slo_ms) -> int:
@@ -69,12 +65,11 @@ def compare_cli(args, slo_ms) -> int:
 
     from loadgen.analysis.compare import CompareError, compare, exit_code, invalid_lines, to_text
     from loadgen.analysis.fail_if import FailIfError
-    from loadgen.cli.sweep_args import ArgError, fraction
+    from loadgen.run.sweep_args import ArgError, fraction
     from loadgen.results.folder import ResultsError
 
     out = out_file(args)  # before the bootstrap: never over a run's own files
-    resamples = _whole("--resamples", args.resamples, 100, MAX_RESAMPLES)
-    seed = _whole("--seed", args.seed, 0, INT64_MAX)
+    resamples, seed = _whole("--resamples", args.resamples), _whole("--seed", args.seed)
     try:
         result = compare(args.inputs, slo_ms, args.fail_if, resamples, seed,
                          fraction("--min-effect", args.min_effect, 0.0, 1.0), args.allow_invalid)

@@ -17,15 +17,11 @@ def add_parser(sub) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from loadgen.run.launch import run_workload  # lazy: the launcher pulls in the client (a fast start)
+    # lazy: the launcher pulls in the client (a fast start); --repeat N: a repeats folder of N runs
+    from loadgen.run.repeat import run_config
 
     cfg, client = workload_config(args)
-    if cfg.repeat > 1:  # --repeat N: a repeats folder of N runs (loadgen/run/repeat.py)
-        from loadgen.run.repeat import run_repeated
-
-        outcome = run_repeated(cfg, progress=None if args.quiet else sys.stderr, client=client)
-    else:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
+    outcome = run_config(cfg, progress=None if args.quiet else sys.stderr, client=client)
     if args.quiet:  # without progress lines, why a run failed must still be said
         for reason in outcome.invalid_reasons:
             print(f"INVALID RUN: {reason}", file=sys.stderr)

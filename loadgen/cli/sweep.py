@@ -1,5 +1,5 @@
 """`loadgen sweep WORKLOAD`: the workload at a series of rates, to the saturation knee or max goodput
-(the flags -> SweepSpec: sweep_args.py; the sweep itself: loadgen/run/sweep.py)."""
+(the flags -> SweepSpec: loadgen/run/sweep_args.py; the sweep itself: loadgen/run/sweep.py)."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ from pathlib import Path
 from loadgen.cli.common import RAW, slo, workload_config
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
+from loadgen.run.sweep_args import SPEC_OPTIONS
 
 SWEEP_EXAMPLES = """\
 examples:
@@ -26,28 +27,18 @@ def add_parser(sub) -> None:
     sw.add_argument("workload", help="workload file (TOML) or a shipped workload's name (`loadgen workloads`)")
     add_options(sw, "sweep")  # the workload's flags and the run options a sweep passes to every point
     sw.add_argument("--quiet", action="store_true", help="no progress lines")
-    sw.add_argument("--rates", help="rates to measure, e.g. 2,4,8/s (a unit on the last one applies to all)")
-    sw.add_argument("--start", help="geometric series: first rate, e.g. 1/s (until saturation)")
-    sw.add_argument("--factor", default="2", help="geometric series: ratio between rates (default 2)")
-    sw.add_argument("--max-rate", help="geometric series: never above this rate")
-    sw.add_argument("--max-points", default="12", help="at most this many points (default 12)")
-    sw.add_argument("--refine", default="0", help="bisection steps between the last good and first bad rate")
-    sw.add_argument("--max-goodput", action="store_true",
-                    help="search the highest rate at which --attainment of requests meet every --slo")
-    sw.add_argument("--attainment", default="0.9", help="target share of requests meeting every SLO (0.9)")
-    sw.add_argument("--knee-tolerance", default="5%", help="completion rate may fall this far below the "
-                                                           "offered rate and still keep up (default 5%%)")
-    sw.add_argument("--ttft-factor", default="3", help="ttft knee: p99 TTFT within this factor of the "
-                                                       "lowest valid rate's (default 3)")
-    sw.add_argument("--tpot-factor", default="2", help="saturated when TPOT p50 exceeds this factor of the lowest "
-                                                       "valid rate's (default 2)")
+    for flag, default, help_text in SPEC_OPTIONS:  # the spec's own flags (run/sweep_args.py)
+        if default is False:
+            sw.add_argument(flag, action="store_true", help=help_text)
+        else:
+            sw.add_argument(flag, default=default, help=help_text.replace("%", "%%"))
     sw.add_argument("--out", help="sweep folder (default results/NAME-sweep-TIMESTAMP)")
     sw.add_argument("--resume", action="store_true", help="continue the sweep in --out, keeping finished points")
 
 
 def command(args: argparse.Namespace) -> int:
     # lazy: the sweep pulls in the launcher and the analysis (a fast start for the other commands)
-    from loadgen.cli.sweep_args import ArgError, spec_from_args
+    from loadgen.run.sweep_args import ArgError, spec_from_args
     from loadgen.run.sweep import SUMMARY_TXT, SweepError, default_sweep_out, run_sweep
     from loadgen.sim.process import SimStartError
 

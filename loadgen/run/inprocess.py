@@ -28,6 +28,7 @@ import secrets
 import signal
 import ssl
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -96,6 +97,9 @@ class Job:
     on_t0: Callable[[dict], None] | None = None   # called with the t0 section (t0_section) once t0 is set
     calibration_failed: str | None = None         # why calibration could not run (set before t0)
     feed: Feed | None = None          # watched live (live.py): a Snapshot published every second
+    # called with the run's event loop and its stop event as it starts: a stop asked from another thread
+    # (loop.py, where the run has a thread of its own)
+    on_loop: Callable[[asyncio.AbstractEventLoop, asyncio.Event], None] | None = None
 
 
 @dataclass
@@ -128,8 +132,11 @@ async def measure(job: Job) -> Measured:
     config, part, writer, progress = job.target.config, job.part, job.writer, job.progress
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    if threading.current_thread() is threading.main_thread():  # Python's rule for signal handlers
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    if job.on_loop is not None:
+        job.on_loop(loop, stop)
     clock = make_clock()
     url, headers = job.target.url, job.target.headers
     tls = job.target.client.ssl_context()

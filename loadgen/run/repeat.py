@@ -100,6 +100,14 @@ def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client
     return RunOutcome(out, status, reasons)
 
 
+def run_config(config: RunConfig, progress: TextIO | None = sys.stderr,
+               client: ClientOptions | None = None) -> RunOutcome:
+    """`loadgen run` (the CLI and loadgen.run alike): config.repeat > 1 runs into a repeats folder, else one run."""
+    if config.repeat > 1:
+        return run_repeated(config, progress=progress, client=client)
+    return run_workload(config, progress=progress, client=client)
+
+
 # --- a sweep's point that is a repeats folder (sweep --repeat N; run/sweep.py) --------------------------
 def mean_record(records: list[dict]) -> dict:
     """One sweep-point record from its repeats' records: every number the mean over the repeats (None when

@@ -5,16 +5,14 @@ manifest is written at t0), and ends the run the common way (ending.finish).
 """
 from __future__ import annotations
 
-import asyncio
 from typing import TextIO
-
-import uvloop
 
 from loadgen.plan.schedule import Schedule
 from loadgen.results.folder import RunWriter
 from loadgen.run.ending import RunFacts, finish, run_manifest
-from loadgen.run.inprocess import Job, measure
+from loadgen.run.inprocess import Job
 from loadgen.run.live import Feed
+from loadgen.run.loop import run_job
 from loadgen.run.outcome import RunOutcome
 from loadgen.run.prepare import Target, request_bodies, say_workload
 
@@ -30,6 +28,6 @@ def run_single(target: Target, schedule: Schedule, writer: RunWriter, run_id: st
     facts = RunFacts(target, schedule, run_id, workload)
     job = Job(target, schedule, backend, bodies, shaper, writer, run_id, progress,
               on_t0=lambda t0: writer.manifest(run_manifest(facts, t0)), feed=feed)
-    measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
+    measured = run_job(job)  # also from inside a running event loop (a notebook: loop.py)
     return finish(facts, writer, measured.t0, measured.requests, [measured.record()], progress=progress,
                   final_line=measured.progress_line)

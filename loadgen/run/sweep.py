@@ -51,7 +51,7 @@ from loadgen.analysis.knee import (KNEE_TOLERANCE, TPOT_FACTOR, TTFT_FACTOR, WAI
 from loadgen.analysis.report_summary import build
 from loadgen.config.client import ClientOptions
 from loadgen.config.workload import RunConfig, with_overrides
-from loadgen.errors import ExitCode
+from loadgen.errors import ExitCode, SweepError
 from loadgen.metrics import number, steady_rates
 from loadgen.probe.scrape import WAITING
 from loadgen.results.folder import Json, read_run, write_json
@@ -63,10 +63,6 @@ SCHEMA_VERSION = 1
 MANIFEST, SUMMARY_JSON, SUMMARY_TXT = "sweep.json", "sweep_summary.json", "sweep_summary.txt"
 LAT_METRICS = ("ttft", "tpot", "itl", "e2e")
 DECOMP = ("queue", "prefill", "decode", "decode_stalls", "send_lag", "other")
-
-
-class SweepError(Exception):
-    pass
 
 
 @dataclass(frozen=True)

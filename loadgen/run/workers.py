@@ -26,7 +26,6 @@ rate x mean max_tokens), at most one per CPU; one worker is the ordinary single-
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ctypes
 import dataclasses
@@ -45,7 +44,6 @@ from typing import Any, TextIO
 
 import numpy as np
 import polars as pl
-import uvloop
 
 from loadgen.client.recorder import DROPPED
 from loadgen.config.credentials import ScrubbedStream, remember_sent
@@ -54,7 +52,8 @@ from loadgen.plan.schedule import Schedule, build
 from loadgen.results.folder import requests_frame, PARTS, REQUEST_SCHEMA, RunWriter, write_json
 from loadgen.results.merge import merge_shares, share_record, share_requests
 from loadgen.run.ending import RunFacts, combine_generators, finish, judge, run_manifest
-from loadgen.run.inprocess import START_LEAD_NS, Job, measure, t0_section
+from loadgen.run.inprocess import START_LEAD_NS, Job, t0_section
+from loadgen.run.loop import run_job
 from loadgen.errors import ExitCode, StorageError
 from loadgen.run.outcome import RunOutcome, exit_code_of, say
 from loadgen.run.prepare import Target, request_bodies, say_workload
@@ -204,7 +203,7 @@ def run_share(target: Target, part, writer: PartWriter) -> dict:
     bodies, shaper, part.info = request_bodies(config, schedule, backend, target.url, None, target.headers,
                                                  target.client.ssl_context())
     job = Job(target, schedule, backend, bodies, shaper, writer, part.run_id, None, part=part)
-    measured = asyncio.Runner(loop_factory=uvloop.new_event_loop).run(measure(job))
+    measured = run_job(job)
     own = judge(config, measured.requests, measured.status, None,  # its share alone: detail, not the verdict
                 host=measured.generator.get("host"))
     record = {**measured.record(), "worker": part.worker, "pid": os.getpid(), "hostname": socket.gethostname(),

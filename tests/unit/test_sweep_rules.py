@@ -4,7 +4,7 @@ import pytest
 
 from loadgen.analysis.knee import keeps_up, knee, stop_reason
 from loadgen.run.sweep import SweepSpec, search
-from loadgen.cli.sweep_args import ArgError, parse_rates
+from loadgen.run.sweep_args import ArgError, parse_rates
 
 
 def pt(rate, completed, ttft_p99=10.0, valid=True, offered=None, tpot=20.0, ttft_p50=5.0, waiting=None, e2e=100.0):

@@ -1,14 +1,37 @@
-"""`loadgen sweep`'s flags -> a SweepSpec; every problem is an ArgError naming the flag (exit 2)."""
+"""The sweep's own options (SPEC_OPTIONS: the flags of `loadgen sweep` beside the workload's, the keywords of
+loadgen.sweep) -> a SweepSpec; every problem is an ArgError naming the flag (exit 2)."""
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
-from loadgen.run.sweep import SweepSpec
 from loadgen.config.units import parse_rate_per_s
+from loadgen.errors import ArgError
+
+if TYPE_CHECKING:  # light at import: `loadgen sweep --help` builds its flags from SPEC_OPTIONS
+    from loadgen.run.sweep import SweepSpec
 
 
-class ArgError(Exception):
-    pass
+# (flag, default as the flag's text, help); --max-goodput is a switch
+SPEC_OPTIONS = (
+    ("--rates", None, "rates to measure, e.g. 2,4,8/s (a unit on the last one applies to all)"),
+    ("--start", None, "geometric series: first rate, e.g. 1/s (until saturation)"),
+    ("--factor", "2", "geometric series: ratio between rates (default 2)"),
+    ("--max-rate", None, "geometric series: never above this rate"),
+    ("--max-points", "12", "at most this many points (default 12)"),
+    ("--refine", "0", "bisection steps between the last good and first bad rate"),
+    ("--max-goodput", False, "search the highest rate at which --attainment of requests meet every --slo"),
+    ("--attainment", "0.9", "target share of requests meeting every SLO (0.9)"),
+    ("--knee-tolerance", "5%", "completion rate may fall this far below the offered rate and still keep up "
+                               "(default 5%)"),
+    ("--ttft-factor", "3", "ttft knee: p99 TTFT within this factor of the lowest valid rate's (default 3)"),
+    ("--tpot-factor", "2", "saturated when TPOT p50 exceeds this factor of the lowest valid rate's (default 2)"),
+)
+
+
+def spec_defaults() -> dict[str, Any]:
+    """{dest: default} of SPEC_OPTIONS (argparse's names: --max-rate -> max_rate)."""
+    return {flag[2:].replace("-", "_"): default for flag, default, _ in SPEC_OPTIONS}
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -60,6 +83,9 @@ def _rate(flag: str, text: str | None) -> float | None:
 
 
 def spec_from_args(args, slo_ms: dict[str, float] | None) -> SweepSpec:
+    """args: argparse's Namespace of `loadgen sweep`, or any object with SPEC_OPTIONS' dests as attributes."""
+    from loadgen.run.sweep import SweepSpec  # lazy: polars (a fast start)
+
     if getattr(args, "rate", None):
         raise ArgError("--rate: a sweep sets the rate of each point; give --rates LIST or --start RATE")
     if bool(args.rates) == bool(args.start):
