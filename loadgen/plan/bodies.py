@@ -40,8 +40,10 @@ BLOCK_TOKENS = 512
 
 class Bodies:
     def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None,
-                 salt: int | None = None):
+                 salt: int | None = None, mix: tuple = ()):
+        # mix: the run's [[mix]] classes (config.MixClass): a row of class j sends mix[j]'s model and priority
         self.s, self.backend, self.maker, self.seed = schedule, backend, maker, seed
+        self.mix = mix
         self._key = [seed, 3] if salt is None else [seed, 3, salt]
         self.convs = conversations
         self._prefix: dict[int, str] = {}
@@ -82,7 +84,7 @@ class Bodies:
             prefix = self._prefix_of(i)
             own = self._own_text(i, prefix)
             self.user_text.append(own)
-            out.append(self._body(prefix, [("user", own)], int(s.max_tokens[i])))
+            out.append(self._body(i, prefix, [("user", own)]))
         return out
 
     def _prefix_of(self, i: int) -> str:
@@ -122,12 +124,15 @@ class Bodies:
         # included (prompts.py).
         return self.maker.text(n, self._rng(0, i), whole=True)
 
-    def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int) -> bytes:
+    def _body(self, i: int, prefix: str, messages: list[tuple[str, str]]) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by
-        # newlines (backends.joined), prefix first.
+        # newlines (backends.joined), prefix first. Row i's [[mix]] class gives its model and priority.
         msgs = ([{"role": "system", "content": prefix}] if prefix else []) + [
             {"role": role, "content": text} for role, text in messages]
-        return self.backend.body_messages(msgs, max_tokens)
+        j = int(self.s.mix_class[i])
+        cls = self.mix[j] if j != NONE and self.mix else None
+        return self.backend.body_messages(msgs, int(self.s.max_tokens[i]), model=cls.model if cls else None,
+                                          priority=cls.priority if cls else None)
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
         """Body of row j, the turn after prev_row, built when prev_row's reply is complete; and its
@@ -148,5 +153,5 @@ class Bodies:
             self.turns_impossible += self.maker.impossible - before
         messages = history + [("user", text)]
         self._history[j] = messages
-        return self._body(prefix, messages, int(s.max_tokens[j])), planned
+        return self._body(j, prefix, messages), planned
 

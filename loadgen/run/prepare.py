@@ -15,7 +15,7 @@ from typing import TextIO
 
 from loadgen.client.backends import make_backend
 from loadgen.config.client import ClientOptions
-from loadgen.config.workload import RunConfig, redact_url, with_overrides
+from loadgen.config.workload import ConfigError, RunConfig, redact_url, with_overrides
 from loadgen.plan.bodies import Bodies
 from loadgen.plan.datasets import load_sharegpt
 from loadgen.plan.prompts import PromptMaker, verdict
@@ -68,6 +68,15 @@ def check_served(config: RunConfig, url: str, headers: dict[str, str], client: C
     warning = check_model(config.model, served, server.get("kind"))
     if warning:
         say(progress, "WARNING: " + warning)
+    problems = []
+    for i, c in enumerate(config.mix):  # each class's own model (e.g. a LoRA adapter) must be served too
+        if c.model is not None and c.model != config.model:
+            try:
+                check_model(c.model, served, server.get("kind"), key=f"{config.source}: mix[{i}].model")
+            except ConfigError as e:
+                problems += e.problems
+    if problems:
+        raise ConfigError(problems)
     limit, source = context_limit(url, headers, served, config.model, tls)
     say(progress, f"context limit: {limit} tokens per request ({source})" if limit else
                   f"context limit: unknown, {source}: over-long prompts are not caught before the run")
@@ -98,7 +107,7 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
                                            config.model, progress, headers, tls)
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
-    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt)
+    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt, mix=config.mix)
     built = bodies.build_all()
     checks = maker.summary()
     info = {**schedule.info, "tokenizer": {**tokenizer.describe(), "requested": config.tokenizer,
