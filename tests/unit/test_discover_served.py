@@ -20,7 +20,8 @@ def test_servers_that_answer_under_any_name_are_not_checked_and_an_unanswered_li
     one = Served("http://h/v1/models", ("base",), {})
     assert check_model("anything", one, "loadgen-sim") is None
     # the simulator serving adapters (--lora-modules) lists them beside its model and answers under those only
-    with_adapters = Served("http://h/v1/models", ("base", "lora-a"), {"base": {"id": "base"}, "lora-a": {"id": "lora-a"}})
+    with_adapters = Served("http://h/v1/models", ("base", "lora-a"),
+                           {"base": {"id": "base"}, "lora-a": {"id": "lora-a", "parent": "base"}})
     assert check_model("lora-a", with_adapters, "loadgen-sim") is None
     with pytest.raises(ConfigError, match=r"mix\[1\].model: 'lora-b' is not served by the target: "
                                           r"http://h/v1/models lists base, lora-a; name one of them"):
