@@ -111,3 +111,36 @@ def test_a_model_the_server_does_not_list_is_named_before_the_run(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "mix[1].model: 'adapter-x' is not served by the target" in p.stderr and "adapter-b" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_compare_and_report_break_two_runs_down_per_class(tmp_path):
+    # fixed mode (no queue): the classes still carry their models; compare and report work per class and model
+    w = tmp_path / "w.toml"
+    w.write_text(textwrap.dedent(WORKLOAD.format(rate="40/s", requests=60)))
+    outs = []
+    with SimProcess(args=["--mode", "fixed", "--ttft", "20ms", "--itl", "2ms", "--model", "base",
+                          "--lora-modules", "adapter-b"]) as sim:
+        for name in ("a", "b"):
+            out = tmp_path / name
+            p = loadgen("run", str(w), "--url", sim.url, "--out", str(out), "--quiet", "--no-calibrate",
+                        *RELAXED_SELFCHECK)
+            assert p.returncode == 0, p.stderr
+            outs.append(str(out))
+    p = loadgen("compare", *outs, "--format", "json", "--resamples", "200")
+    assert p.returncode == 0, p.stderr
+    c = orjson.loads(p.stdout)["comparisons"][0]
+    assert set(c["by_class"]) == {"interactive", "batch"} and set(c["by_model"]) == {"base", "adapter-b"}
+    for ms in c["by_class"].values():
+        ttft_p99 = next(m for m in ms if (m["metric"], m["stat"]) == ("ttft", "p99"))
+        assert ttft_p99["a"] >= 20 and ttft_p99["b"] >= 20   # the simulator's fixed 20 ms at least
+    # each class's figures are its own rows': counted from requests.parquet
+    n_interactive = read_run(outs[1]).requests.filter(pl.col("class") == "interactive").height
+    assert 0 < n_interactive < 60
+    text = loadgen("compare", *outs, "--resamples", "200").stdout
+    assert "class interactive" in text and "model adapter-b" in text
+    # a bound for a class the run lacks is named (exit 2), not silently left unapplied
+    p = loadgen("report", outs[0], "--slo", "ttft=1s@nope")
+    assert p.returncode == 2 and "--slo: no class 'nope' in the run (its classes: batch, interactive)" in p.stderr
+    summary = report_json(outs[0])
+    assert summary["breakdown"]["by_class"]["interactive"]["requests"] == \
+        read_run(outs[0]).requests.filter(pl.col("class") == "interactive").height
