@@ -65,7 +65,8 @@ def trace(r: Reader) -> TraceSpec | None:
 
 MIX_KEYS = ("weight", "prompt", "output", "name", "model", "priority")
 PRIORITY_MIN, PRIORITY_MAX = -(2**63), INT64_MAX   # the rows' int64 `priority` column holds any of them
-CLASS_NAME_FORBIDDEN = "@,= "   # a class is named in --slo METRIC=BOUND@CLASS (config/slo.py)
+# a class is named in --slo METRIC=BOUND@CLASS (config/slo.py) and in the reports' dotted summary paths
+CLASS_NAME_FORBIDDEN = "@,=. "
 
 
 def mix(r: Reader) -> tuple[MixClass, ...]:
@@ -99,8 +100,8 @@ def mix(r: Reader) -> tuple[MixClass, ...]:
 
 def _class_name(r: Reader, k: str, name: Any, seen: set[str]) -> str:
     if not isinstance(name, str) or not name or any(ch in name for ch in CLASS_NAME_FORBIDDEN):
-        r.bad(f"{k}.name", f"must be a non-empty string without spaces, '@', ',' or '=' (a class is named in "
-              f"--slo METRIC=BOUND@CLASS), got {name!r}")
+        r.bad(f"{k}.name", f"must be a non-empty string without spaces, '@', ',', '=' or '.' (a class is named "
+              f"in --slo METRIC=BOUND@CLASS), got {name!r}")
         return k
     if name in seen:
         r.bad(f"{k}.name", f"{name!r} names another [[mix]] class too: each class needs its own name")

@@ -64,7 +64,7 @@ Production-shaped workloads add:
     salt = 7                       # the texts' salt (default: random per run, so no run warms another's cache)
 
     [[mix]]                        # joint classes: weight, prompt and output lengths drawn together
-    name = "interactive"           # the rows' `class` (default mix<i>); unique; no spaces, '@', ',' or '='
+    name = "interactive"           # the rows' `class` (default mix<i>); unique; no spaces, '@', ',', '=', '.'
     weight = 0.7
     prompt = { dist = "lognormal", median = 150, sigma = 0.6 }
     output = { dist = "normal", mean = 200, sd = 60, min = 16, max = 512 }

@@ -71,6 +71,7 @@ def test_a_class_carries_its_model_and_priority(tmp_path):
     # names: unique, usable in --slo METRIC=BOUND@CLASS
     ("", 'name = "interactive"', "", "", "mix[1].name: 'interactive' names another [[mix]] class too"),
     ("", 'name = "a@b"', "", "", "mix[1].name: must be a non-empty string without spaces, '@'"),
+    ("", 'name = "chat.v1"', "", "", "mix[1].name: must be a non-empty string without spaces, '@', ',', '=' or '.'"),
     ("", "name = 3", "", "", "mix[1].name: must be a non-empty string"),
     # a typo is named with the keys there are
     ("prio = 1", "", "", "", "mix[0].prio: unknown key (expected weight, prompt, output, name, model, priority)"),
