@@ -144,3 +144,36 @@ def test_compare_and_report_break_two_runs_down_per_class(tmp_path):
     summary = report_json(outs[0])
     assert summary["breakdown"]["by_class"]["interactive"]["requests"] == \
         read_run(outs[0]).requests.filter(pl.col("class") == "interactive").height
+
+
+def test_the_simulator_speaks_vllms_priority_and_adapter_names(tmp_path):
+    import urllib.error
+    import urllib.request
+
+    def post(url, body):
+        req = urllib.request.Request(url + "/v1/completions", data=orjson.dumps(body),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, orjson.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, orjson.loads(e.read())
+
+    truth = tmp_path / "truth.jsonl"
+    with SimProcess(args=["--mode", "fixed", "--model", "base", "--lora-modules", "lora-a=/x", "lora-b",
+                          "--truth", str(truth)]) as sim:
+        with urllib.request.urlopen(sim.url + "/v1/models", timeout=10) as r:
+            listed = orjson.loads(r.read())["data"]
+        assert [(m["id"], m["parent"]) for m in listed] == [("base", None), ("lora-a", "base"), ("lora-b", "base")]
+        assert post(sim.url, {"model": "lora-b", "prompt": "a b", "max_tokens": 2, "priority": -4})[0] == 200
+        status, err = post(sim.url, {"model": "nope", "prompt": "a b", "max_tokens": 2})
+        assert status == 404 and err["type"] == "NotFoundError"
+        assert err["message"] == "The model `nope` does not exist. Valid aliases: base, lora-a, lora-b."
+        status, err = post(sim.url, {"model": "base", "prompt": "a b", "max_tokens": 2, "priority": "high"})
+        assert status == 400 and "'priority' must be an integer" in err["message"]
+    rows = pl.read_ndjson(truth).sort("arrival_ns")
+    assert rows.select("model", "priority", "http_status").rows() == [("lora-b", -4, 200), ("nope", 0, 404),
+                                                                     ("", 0, 400)]
+    # priority ordering needs a queue: fixed mode has none
+    p = loadgen("sim", "--mode", "fixed", "--scheduling-policy", "priority", "--port", "0")
+    assert p.returncode == 2 and "--scheduling-policy priority needs --mode engine" in p.stderr
