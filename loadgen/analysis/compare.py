@@ -62,9 +62,11 @@ class RunData:
         return len(next(iter(self.latency.values())))
 
 
-def load_run(path: str | Path, slo_ms: dict | None) -> RunData:
+def load_run(path: str | Path, slo_ms: dict | None, where: tuple[str, str] | None = None) -> RunData:
+    """where: (column, value), e.g. ("class", "chat"): only those measured rows (a per-class comparison)."""
     run = read_run(path)
-    req = metrics.latency_columns(measured(run)).sort("intended_ns", "idx")
+    rows = measured(run) if where is None else measured(run).filter(pl.col(where[0]) == where[1])
+    req = metrics.latency_columns(rows).sort("intended_ns", "idx")
     ok = metrics.OK_ROWS
     lat = {m: req.select(pl.when(ok).then(pl.col(m)).cast(pl.Float64)).to_series().fill_null(np.nan).to_numpy()
            for m in LATENCY if m != "itl"}
@@ -281,6 +283,22 @@ def compare_runs(a: RunData, b: RunData, resamples: int = bs.RESAMPLES, seed: in
 
 
 # --- repeated runs (--repeat N): the across-run variance -------------------------------------------------
+def _groups(path: str, column: str) -> set[str]:
+    values = measured(read_run(path))[column].drop_nulls().unique().to_list()
+    return set(values) if len(values) > 1 else set()
+
+
+def compare_groups(a: str, b: str, slo_ms, resamples: int, seed: int, min_effect: float) -> dict:
+    """by_class / by_model: {name: metrics} comparing A's and B's requests of each [[mix]] class (each model)
+    both runs hold, when each holds more than one; None otherwise. The same rules as the whole run's."""
+    out: dict = {}
+    for section, column in (("by_class", "class"), ("by_model", "model")):
+        common = sorted(_groups(a, column) & _groups(b, column))
+        out[section] = {v: compare_runs(load_run(a, slo_ms, (column, v)), load_run(b, slo_ms, (column, v)),
+                                        resamples, seed, min_effect) for v in common} or None
+    return out
+
+
 def _repeated_variance(a: dict, b: dict) -> str:
     """Which variance a comparison with a repeated side uses, in words (the JSON's `variance`)."""
     na, nb = len(a["runs"]), len(b["runs"])
@@ -447,6 +465,7 @@ def compare_pair(a: str, b: str, slo_ms, rules: list[Rule], resamples: int, seed
         out["noise_floor"] = floor
         out["metrics"] = compare_runs(ra, rb, resamples, seed, min_effect)
         out["ttft_cause"] = ttft_cause(out["metrics"])
+        out.update(compare_groups(a, b, slo_ms, resamples, seed, min_effect))
         checked = [out["metrics"]]
     else:
         sa, pa = _sweep_points(a)
@@ -572,6 +591,9 @@ def to_text(result: dict) -> str:
         if c["kind"] == "run":
             lines += _variance_line(c) + [_floor_line(c["noise_floor"])]
             lines += _table(c["metrics"]) + _cause_line(c.get("ttft_cause"))
+            for section, label in (("by_class", "class"), ("by_model", "model")):
+                for name, ms in (c.get(section) or {}).items():
+                    lines += ["", f"{label} {name}"] + _table([m for m in ms if (m["metric"], m["stat"]) in SWEEP_ROWS])
         else:
             cv = c["curves"]
             lines.append(f"knee        A {_show(cv['knee_per_s']['a'])}/s  B {_show(cv['knee_per_s']['b'])}/s")

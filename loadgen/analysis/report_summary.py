@@ -1,6 +1,7 @@
 """Everything `loadgen report` derives from one results folder, as one call (also used by each sweep
 point and by `loadgen compare`): the summary (summary.py), the explanation (explain.py), the load model
-(closed or open loop) and, when an SLO is known, attainment and goodput (goodput.py).
+(closed or open loop), when an SLO is known attainment and goodput (goodput.py), and the figures per
+[[mix]] class and per model (breakdown.py).
 
 The SLO is the one given (`report --slo`), else the one the run recorded (`run --slo`, manifest `slo`).
 Writes RUN/summary.json and RUN/decomposition.parquet; raises RooflineError/ValueError on bad options.
@@ -12,8 +13,8 @@ from pathlib import Path
 import polars as pl
 
 from loadgen import metrics
-from loadgen.analysis import goodput
-from loadgen.config.slo import from_keys as slo_from_keys
+from loadgen.analysis import breakdown, goodput
+from loadgen.config.slo import classes_named, from_keys as slo_from_keys
 from loadgen.analysis.explain import ExplainOptions, explain
 from loadgen.analysis.summary import measured, summarize
 from loadgen.results.folder import Run, Summary, read_run
@@ -23,6 +24,15 @@ def run_slo(run: Run, slo_ms: dict[str, float] | None) -> dict[str, float] | Non
     return slo_ms or slo_from_keys(run.manifest.get("slo") or {}) or None
 
 
+def check_slo_classes(run: Run, slo_ms: dict[str, float] | None) -> None:
+    """A bound given to a class (`--slo ttft=200ms@chat`) names one of the run's [[mix]] classes (ValueError)."""
+    classes = set(run.requests["class"].drop_nulls().unique().to_list())
+    unknown = sorted(classes_named(slo_ms or {}) - classes)
+    if unknown:
+        known = f"its classes: {', '.join(sorted(classes))}" if classes else "it has no [[mix]] classes"
+        raise ValueError(f"--slo: no class {', '.join(map(repr, unknown))} in the run ({known})")
+
+
 def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[str, float] | None = None,
           write: bool = True) -> tuple[Run, Summary, pl.DataFrame]:
     """The run, its summary and its decomposition."""
@@ -30,9 +40,11 @@ def build(run_dir: str | Path, opts: ExplainOptions | None = None, slo_ms: dict[
     run = read_run(run_dir)
     section, decomposition = explain(run, opts)
     # open or closed loop, the resolved config (shown by every format), and goodput under the SLOs
-    summary: Summary = {**summarize(run), **section, "load": run.manifest.get("load") or {"loop": "open"},
-                        "config": run.manifest.get("config")}
     slo = run_slo(run, slo_ms)
+    check_slo_classes(run, slo_ms)
+    summary: Summary = {**summarize(run), **section, "load": run.manifest.get("load") or {"loop": "open"},
+                        "config": run.manifest.get("config"),
+                        "breakdown": breakdown.breakdown(measured(run), run.tokens, slo)}  # per class, per model
     if slo:
         summary.update(goodput.section(metrics.latency_columns(measured(run)), run.tokens, slo))
     if write:

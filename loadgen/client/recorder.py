@@ -69,7 +69,10 @@ class Row:
                  "prefix_group", "session", "turn", "after", "think_ns",
                  # [abandon]: cut off this long after dispatch / after this many output tokens (None = no)
                  "abandon_after_ns", "abandon_after_tokens", "cut",
-                 "images", "image_width", "image_height")   # [image]: how many, each w x h pixels (None = none)
+                 "images", "image_width", "image_height",   # [image]: how many, each w x h pixels (None = none)
+                 # its [[mix]] class's name (the `class` column; None = no mix), the model named in its body,
+                 # the priority sent (None = none sent)
+                 "mix_class", "model", "priority")
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -112,6 +115,9 @@ class Row:
     image_width: int | None
     image_height: int | None
     cut: tuple[int, bytes] | None  # (events, their end mark): the transport closes the stream after that many
+    mix_class: str | None
+    model: str | None
+    priority: int | None
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -132,6 +138,7 @@ class Row:
         self.think_ns = 0
         self.abandon_after_ns = self.abandon_after_tokens = self.cut = None
         self.images = self.image_width = self.image_height = None
+        self.mix_class = self.model = self.priority = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from loadgen.config.slo import SLO_METRICS, parse_slo
+from loadgen.config.slo import SLO_METRICS, parse_slo, split_slo_key
 from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 
 
@@ -237,7 +237,8 @@ def _parse_slo(v: Any) -> tuple[tuple[str, float], ...]:
 
 
 def _check_slo(v: Any) -> str | None:
-    ok = isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 and p[0] in SLO_METRICS
+    ok = isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                      and split_slo_key(p[0])[0] in SLO_METRICS
                                       and is_number(p[1]) and p[1] > 0 for p in v)
     return None if ok else f"must be (metric, bound ms) pairs, got {v!r}"
 

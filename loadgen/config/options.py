@@ -179,7 +179,8 @@ OPTIONS = (
     _o("--scrape-interval", "scrape period", field="scrape_interval_ns", kind=DURATION, default="500ms",
        metavar="DURATION", commands=RUNS),
     _o("--slo", "service-level objectives, e.g. ttft=500ms,tpot=50ms[,ttfa=2s,e2e=2s,itl_p99=80ms]: attainment "
-       "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest", field="slo",
+       "and goodput (requests/s meeting every SLO) in the summary; recorded in the manifest. METRIC=BOUND@CLASS "
+       "(e.g. ttft=200ms@interactive) bounds one [[mix]] class's requests instead", field="slo",
        kind=SLO, metavar="SPEC", commands=RUNS),
     _o("--overwrite", "replace the run in a non-empty --out folder (kept until the new run has started)",
        field="overwrite", kind=FLAG, switch=True, commands=(RUN,), client=True),

@@ -14,6 +14,7 @@ from loadgen.config.options import OPTIONS, TRACE_FORMATS
 from loadgen.config.runconfig import (IMAGE_FILLS, AbandonSpec, ImageSpec, MixClass, PrefixSpec, RunConfig,
                                       SessionSpec, TraceSpec)
 from loadgen.config.sections import Reader
+from loadgen.config.slo import split_slo_key
 from loadgen.config.units import parse_duration_ns
 
 
@@ -63,30 +64,70 @@ def trace(r: Reader) -> TraceSpec | None:
     return TraceSpec(path, fmt, None if ts is None else float(ts), rate, start_ns, limit, skip, lengths)
 
 
+MIX_KEYS = ("weight", "prompt", "output", "name", "model", "priority")
+PRIORITY_MIN, PRIORITY_MAX = -(2**63), INT64_MAX   # the rows' int64 `priority` column holds any of them
+# a class is named in --slo METRIC=BOUND@CLASS (config/slo.py) and in the reports' dotted summary paths
+CLASS_NAME_FORBIDDEN = "@,=. "
+
+
 def mix(r: Reader) -> tuple[MixClass, ...]:
-    """[[mix]]: joint classes, each a weight and its prompt and output lengths."""
+    """[[mix]]: joint classes, each a weight and its prompt and output lengths, optionally its own model
+    and priority (sent in each of its requests' bodies, plan/bodies.py)."""
     m = r.raw.get("mix")
     if m is None:
         return ()
     if not isinstance(m, list) or not m:
         r.bad("mix", "must be one or more [[mix]] tables")
         return ()
-    classes, total = [], 0.0
+    classes, total, names = [], 0.0, set[str]()
     for i, c in enumerate(m):
         k = f"mix[{i}]"
         if not isinstance(c, dict):
             r.bad(k, "must be a table with weight, prompt, output")
             continue
-        for extra in sorted(set(c) - {"weight", "prompt", "output", "name"}):
-            r.bad(f"{k}.{extra}", "unknown key (expected weight, prompt, output, name)")
+        for extra in sorted(set(c) - set(MIX_KEYS)):
+            r.bad(f"{k}.{extra}", f"unknown key (expected {', '.join(MIX_KEYS)})")
         w = c.get("weight")
         if not is_number(w) or not 0 < w < math.inf:
             r.bad(f"{k}.weight", f"must be a number > 0, got {w!r}")
             w = 1.0
         total += w
+        name = _class_name(r, k, c.get("name", f"mix{i}"), names)
         classes.append((float(w), r.lengths(f"{k}.prompt", c.get("prompt")),
-                        r.lengths(f"{k}.output", c.get("output")), str(c.get("name", ""))))
-    return tuple(MixClass(w / total, p, o, n) for w, p, o, n in classes)
+                        r.lengths(f"{k}.output", c.get("output")), name, _class_model(r, k, c.get("model")),
+                        _class_priority(r, k, c.get("priority"))))
+    return tuple(MixClass(w / total, p, o, n, model, prio) for w, p, o, n, model, prio in classes)
+
+
+def _class_name(r: Reader, k: str, name: Any, seen: set[str]) -> str:
+    if not isinstance(name, str) or not name or any(ch in name for ch in CLASS_NAME_FORBIDDEN):
+        r.bad(f"{k}.name", f"must be a non-empty string without spaces, '@', ',', '=' or '.' (a class is named "
+              f"in --slo METRIC=BOUND@CLASS), got {name!r}")
+        return k
+    if name in seen:
+        r.bad(f"{k}.name", f"{name!r} names another [[mix]] class too: each class needs its own name")
+    seen.add(name)
+    return name
+
+
+def _class_model(r: Reader, k: str, model: Any) -> str | None:
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        r.bad(f"{k}.model", f"must be a non-empty string (a model the target serves, e.g. a LoRA adapter's "
+              f"name), got {model!r}")
+        return None
+    return model
+
+
+def _class_priority(r: Reader, k: str, prio: Any) -> int | None:
+    if prio is None:
+        return None
+    if isinstance(prio, bool) or not isinstance(prio, int):
+        r.bad(f"{k}.priority", f"must be an integer (vLLM: lower is served first), got {prio!r}")
+        return None
+    if not PRIORITY_MIN <= prio <= PRIORITY_MAX:
+        r.bad(f"{k}.priority", f"must be an integer in [{PRIORITY_MIN}, {PRIORITY_MAX}], got {prio}")
+        return None
+    return prio
 
 
 def prefix(r: Reader) -> PrefixSpec | None:
@@ -190,3 +231,29 @@ def across(r: Reader, config: RunConfig) -> None:
             and config.prompt_tokens.dist == "fixed" and config.prompt_tokens.value <= config.prefix.tokens:
         r.bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): "
               f"the prefix is part of the prompt")
+    _mix_across(r, config)
+
+
+def _mix_across(r: Reader, config: RunConfig) -> None:
+    """A class's model and priority need a server API that carries them, and lengths drawn from the mix;
+    a per-class SLO names a class of the mix."""
+    for i, c in enumerate(config.mix):
+        if c.priority is not None and config.backend != "openai":
+            r.bad(f"mix[{i}].priority", f"the {config.backend} backend's API has no priority field (only the "
+                  f"openai backend sends one, as vLLM's `priority`): remove it or use backend = \"openai\"")
+        if c.model is not None and config.backend == "llamacpp":
+            r.bad(f"mix[{i}].model", "llama.cpp's /completion serves the one model it loaded (no model field): "
+                  "remove it, or use backend = \"openai\" (its /v1 endpoints)")
+        if (c.model is not None or c.priority is not None) and config.trace is not None and config.trace.lengths:
+            r.bad(f"mix[{i}]", "a trace replay takes its lengths from the trace, so no request is drawn from a "
+                  "[[mix]] class and its model/priority would never be sent: set trace.lengths = false")
+    if any(c.priority is not None for c in config.mix) and "priority" in config.extra_body:
+        r.bad("request.extra_body.priority", "[[mix]] classes set the priority of their requests: remove it "
+              "from extra_body (a class without one sends none)")
+    names = {c.name for c in config.mix}
+    for key, _ in config.slo or ():
+        metric, cls = split_slo_key(key)
+        if cls is not None and cls not in names:
+            known = (f"the workload's classes: {', '.join(sorted(names))}" if names
+                     else "the workload has no [[mix]] classes")
+            r.problems.append(f"--slo: {metric}@{cls}: no [[mix]] class named {cls!r} ({known})")

@@ -42,7 +42,9 @@ class MixClass:
     weight: float                           # normalized over all classes
     prompt: Lengths
     output: Lengths
-    name: str = ""
+    name: str = ""                          # the rows' `class`; parts.mix fills "mix<i>" when not given
+    model: str | None = None                # sent as the body's model (e.g. a LoRA adapter); None: the run's
+    priority: int | None = None             # sent as the body's `priority` (vLLM: lower is served first)
 
 
 @dataclass(frozen=True)

@@ -64,9 +64,15 @@ Production-shaped workloads add:
     salt = 7                       # the texts' salt (default: random per run, so no run warms another's cache)
 
     [[mix]]                        # joint classes: weight, prompt and output lengths drawn together
+    name = "interactive"           # the rows' `class` (default mix<i>); unique; no spaces, '@', ',', '=', '.'
     weight = 0.7
     prompt = { dist = "lognormal", median = 150, sigma = 0.6 }
     output = { dist = "normal", mean = 200, sd = 60, min = 16, max = 512 }
+    model = "sql-lora"             # optional: the class's own model (e.g. a LoRA adapter), checked against
+                                   # /v1/models before the run; default: the workload's model
+    priority = 0                   # optional: an int64 sent as the body's `priority` (vLLM serves lower
+                                   # first under --scheduling-policy priority); only the openai backend
+                                   # sends one (ollama/llamacpp: exit 2); default: none sent
 
     [prefix]                       # shared system prompts
     tokens = 1000                  # K: the shared prefix's length (part of each prompt's token count;

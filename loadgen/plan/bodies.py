@@ -45,8 +45,10 @@ BLOCK_TOKENS = 512
 
 class Bodies:
     def __init__(self, schedule: Schedule, backend, maker: PromptMaker, seed: int, conversations=None,
-                 salt: int | None = None, image_fill: str | None = None):
+                 salt: int | None = None, mix: tuple = (), image_fill: str | None = None):
+        # mix: the run's [[mix]] classes (config.MixClass): a row of class j sends mix[j]'s model and priority
         self.s, self.backend, self.maker, self.seed = schedule, backend, maker, seed
+        self.mix = mix
         self._key = [seed, 3] if salt is None else [seed, 3, salt]
         self.convs = conversations
         self.image_fill = image_fill   # [image] fill (plan/images.py)
@@ -88,7 +90,7 @@ class Bodies:
             prefix = self._prefix_of(i)
             own = self._own_text(i, prefix)
             self.user_text.append(own)
-            out.append(self._body(prefix, [("user", own)], int(s.max_tokens[i]), i))
+            out.append(self._body(i, prefix, [("user", own)]))
         return out
 
     def _prefix_of(self, i: int) -> str:
@@ -128,18 +130,21 @@ class Bodies:
         # included (prompts.py).
         return self.maker.text(n, self._rng(0, i), whole=True)
 
-    def _body(self, prefix: str, messages: list[tuple[str, str]], max_tokens: int, i: int) -> bytes:
+    def _body(self, i: int, prefix: str, messages: list[tuple[str, str]]) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by
-        # newlines (backends.joined), prefix first. Row i's images ([image]) go with its last user message,
-        # after its text, as OpenAI content parts (a session's earlier turns are resent as text only).
+        # newlines (backends.joined), prefix first. Row i's [[mix]] class gives its model and priority;
+        # its images ([image]) go with its last user message, after its text, as OpenAI content parts (a
+        # session's earlier turns are resent as text only).
         msgs: list[dict] = ([{"role": "system", "content": prefix}] if prefix else []) + [
             {"role": role, "content": text} for role, text in messages]
         n = int(self.s.images[i])
         if n:
-            m = self.image_fill or "noise"
             msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]}, *images.parts(
-                n, int(self.s.image_width[i]), int(self.s.image_height[i]), self._rng(5, i), m)]
-        return self.backend.body_messages(msgs, max_tokens)
+                n, int(self.s.image_width[i]), int(self.s.image_height[i]), self._rng(5, i), self.image_fill or "noise")]
+        j = int(self.s.mix_class[i])
+        cls = self.mix[j] if j != NONE and self.mix else None
+        return self.backend.body_messages(msgs, int(self.s.max_tokens[i]), model=cls.model if cls else None,
+                                          priority=cls.priority if cls else None)
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
         """Body of row j, the turn after prev_row, built when prev_row's reply is complete; and its
@@ -160,5 +165,5 @@ class Bodies:
             self.turns_impossible += self.maker.impossible - before
         messages = history + [("user", text)]
         self._history[j] = messages
-        return self._body(prefix, messages, int(s.max_tokens[j]), j), planned
+        return self._body(j, prefix, messages), planned
 

@@ -63,13 +63,14 @@ class Schedule:
     images: np.ndarray = field(default_factory=_unset)        # int64, images the request carries (0 = none)
     image_width: np.ndarray = field(default_factory=_unset)   # int64, pixels of each of them (-1 = none)
     image_height: np.ndarray = field(default_factory=_unset)  # int64
+    mix_class: np.ndarray = field(default_factory=_unset)     # int64, its [[mix]] class's index (-1 = no mix)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
         n = len(self.intended_ns)
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
                            ("think_ns", 0), ("conversation", NONE), ("source_line", NONE),
-                           ("abandon_ns", NONE), ("abandon_tokens", NONE), ("images", 0),
+                           ("abandon_ns", NONE), ("abandon_tokens", NONE), ("mix_class", NONE), ("images", 0),
                            ("image_width", NONE), ("image_height", NONE)):
             if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
@@ -201,6 +202,7 @@ def _build(config: RunConfig, trace=None) -> Schedule:
     blocks = None
     group = np.full(n, NONE, dtype=np.int64)
     source_line: np.ndarray | None = None
+    cls: np.ndarray | None = None  # the [[mix]] class of each row (None: no mix drawn)
     if config.trace is not None and config.trace.lengths:
         # replay() keeps a contiguous window of the trace: find where it starts to align the lengths.
         rel = trace.timestamps_ns - (trace.timestamps_ns[0] if len(trace) else 0)
@@ -218,7 +220,7 @@ def _build(config: RunConfig, trace=None) -> Schedule:
         if trace.prefix_group is not None:
             group = trace.prefix_group[first:first + n].copy()
     else:
-        prompt, output = _sample_lengths(config, n, read_trace)
+        prompt, output, cls = _sample_lengths(config, n, read_trace)
     info["requests_planned"] = int(n)
     if pool.is_pooled(config):  # the rows are a pool: the run schedules those its users reach (pool.py)
         info["pool"] = {"requests": int(n), "per_user": pool.per_user_requests(config),
@@ -232,12 +234,15 @@ def _build(config: RunConfig, trace=None) -> Schedule:
             new = prompt
         return Schedule(starts, prompt, output, _warmup(config, n), config.seed, prefix_group=group,
                         new_tokens=new, prefix_tokens=prefix_tokens, blocks=blocks, info=info,
-                        source_line=source_line if source_line is not None else _UNSET)
-    return _sessions(config, starts, prompt, output, info, read_trace)
+                        source_line=source_line if source_line is not None else _UNSET,
+                        mix_class=cls if cls is not None else _UNSET)
+    return _sessions(config, starts, prompt, output, cls, info, read_trace)
 
 
-def _sample_lengths(config: RunConfig, n: int, read_trace, *salt: int) -> tuple[np.ndarray, np.ndarray]:
-    # salt: extra sub-seed parts, so a second set of draws (later turns) is independent of the first.
+def _sample_lengths(config: RunConfig, n: int, read_trace,
+                    *salt: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Prompt and output lengths of n rows, and each row's [[mix]] class (None without a mix).
+    salt: extra sub-seed parts, so a second set of draws (later turns) is independent of the first."""
     pick_rows: dict[str, np.ndarray] = {}
 
     def trace_lengths(spec: Lengths, column: str) -> np.ndarray:
@@ -263,8 +268,9 @@ def _sample_lengths(config: RunConfig, n: int, read_trace, *salt: int) -> tuple[
             m = cls == j
             for out, spec, stream in ((prompt, c.prompt, _PROMPT_STREAM), (output, c.output, _OUTPUT_STREAM)):
                 out[m] = lengths.sample(spec, n, lengths.child_seed(sub_seed(config.seed, stream, *salt), j))[m]
-        return prompt, output
-    return draw(config.prompt_tokens, _PROMPT_STREAM, "prompt"), draw(config.output_tokens, _OUTPUT_STREAM, "output")
+        return prompt, output, cls.astype(np.int64)
+    return (draw(config.prompt_tokens, _PROMPT_STREAM, "prompt"), draw(config.output_tokens, _OUTPUT_STREAM, "output"),
+            None)
 
 
 def _assign_prefix(config: RunConfig, prompt: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -280,7 +286,7 @@ def _assign_prefix(config: RunConfig, prompt: np.ndarray, n: int) -> tuple[np.nd
     return group, new
 
 
-def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_trace) -> Schedule:
+def _sessions(config: RunConfig, starts, first_prompt, first_output, first_cls, info, read_trace) -> Schedule:
     s = config.session
     assert s is not None  # called only with a [session]
     k = len(starts)
@@ -289,7 +295,7 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_
     # Each turn's new user message and output length: a fresh draw per turn from [prompt]/[output]
     # (or [[mix]]); the first turn keeps the draws made for the arrivals.
     none = np.zeros(0, dtype=np.int64)
-    more_p, more_o = _sample_lengths(config, total, read_trace, 1) if total else (none, none)
+    more_p, more_o, more_c = _sample_lengths(config, total, read_trace, 1) if total else (none, none, None)
     think = lengths.sample(s.think_ms, total, sub_seed(config.seed, _THINK_STREAM)) * 1_000_000
     prefix_tokens = config.prefix.tokens if config.prefix else 0
     # In a conversation, [prompt] tokens is every turn's new user message, the first one's included: the
@@ -300,7 +306,7 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_
     else:
         group_of_session = np.full(k, NONE, dtype=np.int64)
     cols = {c: np.zeros(total, dtype=np.int64) for c in
-            ("intended", "prompt", "new", "out", "group", "session", "turn", "after", "think")}
+            ("intended", "prompt", "new", "out", "group", "session", "turn", "after", "think", "cls")}
     r = 0
     for i in range(k):
         history = 0
@@ -316,13 +322,15 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, info, read_
             cols["session"][r], cols["turn"][r] = i, t
             cols["after"][r] = NONE if t == 0 else r - 1
             cols["think"][r] = 0 if t == 0 else think[r]
+            # each turn's class is the one its lengths were drawn from (so its model and priority too)
+            cols["cls"][r] = NONE if first_cls is None or more_c is None else int(first_cls[i] if t == 0 else more_c[r])
             history += new + out
             r += 1
     info["sessions"] = k
     return Schedule(cols["intended"], cols["prompt"], cols["out"], _warmup(config, total), config.seed,
                     prefix_group=cols["group"], session=cols["session"], turn=cols["turn"],
                     after=cols["after"], think_ns=cols["think"], new_tokens=cols["new"],
-                    prefix_tokens=prefix_tokens, info=info)
+                    prefix_tokens=prefix_tokens, info=info, mix_class=cols["cls"])
 
 
 def _warmup(config: RunConfig, n: int) -> np.ndarray:
@@ -344,7 +352,7 @@ def plan_records(s: Schedule) -> list[dict]:
                     "abandon_after_ns": _opt(s.abandon_ns[i]), "abandon_after_tokens": _opt(s.abandon_tokens[i]),
                     "images": int(s.images[i]), "image_width": _opt(s.image_width[i]),
                     "image_height": _opt(s.image_height[i]),
-                    "warmup": bool(s.warmup[i])})
+                    "mix_class": _opt(s.mix_class[i]), "warmup": bool(s.warmup[i])})
     return out
 
 

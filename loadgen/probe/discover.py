@@ -117,19 +117,24 @@ def _serves(served: Served, model: str) -> str | None:
     return None
 
 
-def check_model(model: str, served: Served, server_kind: str | None) -> str | None:
-    """Raises ConfigError when the target lists models and `model` is not one; returns a warning when the
-    check could not be made (None otherwise)."""
-    if server_kind in ANY_NAME_KINDS:
+def check_model(model: str, served: Served, server_kind: str | None, key: str = "model") -> str | None:
+    """Raises ConfigError when the target lists models and `model` is not one (the message names `key`,
+    e.g. a [[mix]] class's `mix[1].model`); returns a warning when the check could not be made (None
+    otherwise)."""
+    # the simulator answers under any name unless it serves LoRA adapters (--lora-modules): it lists them
+    # beside its model and then answers only under those names, as vLLM does
+    strict_sim = server_kind == "loadgen-sim" and served.problem is None and len(served.models) > 1
+    if server_kind in ANY_NAME_KINDS and not strict_sim:
         return None
     if served.problem is not None:
         return f"could not check that the target serves model {model!r}: {served.problem}"
     if _serves(served, model) is None:
         listed = ", ".join(served.models[:20]) + (f" (and {len(served.models) - 20} more)"
                                                   if len(served.models) > 20 else "")
-        raise ConfigError([f"model: {model!r} is not served by the target: {served.where} lists "
-                           f"{listed or 'no models'}; pass one of them with --model (or set none: "
-                           f"the one model served is then used)"])
+        hint = ("pass one of them with --model (or set none: the one model served is then used)" if key == "model"
+                else "name one of them (a LoRA adapter is listed under its name once the server loads it)")
+        raise ConfigError([f"{key}: {model!r} is not served by the target: {served.where} lists "
+                           f"{listed or 'no models'}; {hint}"])
     return None
 
 

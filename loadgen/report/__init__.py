@@ -49,6 +49,7 @@ def to_text(summary: Summary) -> str:
                       f"loop lateness p99 {_f(lat.get('p99'))} ms"]
         lines += _lag_lines(g)
     lines += _load_and_goodput(summary)
+    lines += breakdown_lines(summary)
     if "decomposition_ms" in summary:  # written by analysis/explain.py
         lines += explain_lines(summary)
     pl_ = summary.get("prompt_lengths")
@@ -144,9 +145,37 @@ def _load_and_goodput(summary: Summary) -> list[str]:
                        f"--max-user-rate; manifest schedule.pool)")
     g = summary.get("goodput")
     if g:
-        slo = ", ".join(f"{k[:-3]} <= {v:g} ms" for k, v in summary.get("slo", {}).items())
+        slo = ", ".join(slo_text(k, v) for k, v in summary.get("slo", {}).items())
         att = g["attainment"]
         out += ["", f"goodput    {_f(g['requests_per_s'])} req/s meet every SLO ({slo}); attainment "
                     f"{'-' if att is None else f'{att:.1%}'} ({g['met']} of {g['requests']})  "
                     + "  ".join(f"{k} {v:.1%}" for k, v in g["attainment_by_slo"].items() if v is not None)]
+    return out
+
+
+def slo_text(key: str, ms: float) -> str:
+    """A recorded SLO key (`ttft_ms`, `ttft_ms@chat`) and bound in words: `ttft <= 200 ms` (`... for chat`)."""
+    name, _, cls = key.partition("@")
+    return f"{name.removesuffix('_ms')} <= {ms:g} ms" + (f" for {cls}" if cls else "")
+
+
+BREAKDOWN_COLUMNS = (("ttft", "p50"), ("ttft", "p99"), ("itl", "p50"), ("itl", "p99"), ("e2e", "p50"), ("e2e", "p99"))
+
+
+def breakdown_lines(summary: Summary) -> list[str]:
+    """One table per [[mix]] class and per model, when the run has more than one (analysis/breakdown.py)."""
+    out: list[str] = []
+    for section, label in (("by_class", "class"), ("by_model", "model")):
+        groups = (summary.get("breakdown") or {}).get(section)
+        if not groups:
+            continue
+        head = "".join(f"{f'{m} {s}':>11}" for m, s in BREAKDOWN_COLUMNS)
+        out += ["", f"{('per ' + label + ' (ms)'):<18}{'ok/req':>9}{'prio':>6}" + head + f"{'goodput':>10}"]
+        for name, g in groups.items():
+            prio = ",".join(str(p) for p in g.get("priority") or []) or "-"
+            good = g.get("goodput")
+            att = "-" if not good or good.get("attainment") is None else f"{good['attainment']:.1%}"
+            counts = f"{g['ok']}/{g['requests']}"
+            out.append(f"{name[:18]:<18}{counts:>9}{prio[:6]:>6}"
+                       + "".join(f"{_f(g['latency_ms'][m][s]):>11}" for m, s in BREAKDOWN_COLUMNS) + f"{att:>10}")
     return out

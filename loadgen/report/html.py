@@ -195,6 +195,7 @@ def render_run(summary: Summary, run: Run, decomposition: pl.DataFrame | None = 
         '<h2>Summary</h2><div class="row"><div>', table_html(t.overview(s), s), "</div><div>",
         table_html(t.latency(s), s), "</div></div>",
         table_html(t.errors(s), s),
+        table_html(t.breakdown(s, "by_class"), s), table_html(t.breakdown(s, "by_model"), s),
         diagnosis_html(s),
         cdf_section(s, run),
         decomposition_section(s, decomposition),

@@ -13,7 +13,7 @@ from typing import Any
 from dataclasses import dataclass
 
 from loadgen.analysis.summary import METRICS, STATS
-from loadgen.report import _f
+from loadgen.report import BREAKDOWN_COLUMNS, _f
 from loadgen.report.explain_text import split_unavailable
 from loadgen.results.folder import Summary
 
@@ -96,6 +96,24 @@ def overview(s: Summary) -> Table:
         rows += [[label, Key(f"goodput.{k}")] for label, k in (("goodput (req/s)", "requests_per_s"),
                                                                 ("SLO attainment", "attainment")) if k in g]
     return Table("Requests, rate, throughput", ["", "value"], rows)
+
+
+def breakdown(s: Summary, section: str) -> Table | None:
+    """Per [[mix]] class (section "by_class") or per model ("by_model"), when the run has more than one
+    (analysis/breakdown.py). Cells are the JSON's values as text (a model's name may hold dots, which a
+    Key's dotted path cannot)."""
+    groups = (s.get("breakdown") or {}).get(section)
+    if not groups:
+        return None
+    label = "class" if section == "by_class" else "model"
+    rows: list[list[Cell]] = []
+    for name, g in groups.items():
+        good = g.get("goodput") or {}
+        rows.append([name, show(g["requests"]), show(g["ok"]), ",".join(map(str, g.get("priority") or [])) or "-",
+                     *(show(g["latency_ms"][m][st]) for m, st in BREAKDOWN_COLUMNS), show(good.get("attainment"))])
+    heads = [label, "requests", "ok", "priority", *(f"{m} {st}" for m, st in BREAKDOWN_COLUMNS), "SLO attainment"]
+    return Table(f"Per {label} (ms)", heads, rows,
+                 f"summary.json `breakdown.{section}`: each {label}'s requests alone, by the run's rules")
 
 
 def errors(s: Summary) -> Table | None:

@@ -61,10 +61,14 @@ REQUEST_SCHEMA = {
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
     "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,   # [abandon]'s plan; null = not abandoned
     "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,  # [image]; null = none
+    # the [[mix]] class's name (null: no mix), the model the body named, the priority it sent (null: none)
+    "class": pl.String, "model": pl.String, "priority": pl.Int64,
 }
-# read_run fills them in an older folder
-_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens", "abandon_after_ns", "abandon_after_tokens",
-          "images", "image_width", "image_height")
+# read_run fills them (null) in an older folder
+_ADDED = {"cached_tokens": pl.Int64, "first_answer_ns": pl.Int64, "reasoning_tokens": pl.Int64,
+          "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,
+          "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,
+          "class": pl.String, "model": pl.String, "priority": pl.Int64}
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -161,6 +165,7 @@ class Summary(RunSummary, Explanation, _WithSlo):
     every key. A key added to summary.json is added here too (tests/unit/test_summary_keys.py)."""
     load: Json                                     # open or closed loop (manifest.load, else open)
     config: Json | None                            # the run's resolved config (manifest.config)
+    breakdown: Json                                # by_class, by_model (analysis/breakdown.py)
 
 
 def loop_lateness_p99_ms(manifest: Mapping[str, Any]) -> float:
@@ -204,7 +209,7 @@ class Run:
             raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
-_GET = {k: attrgetter(k) for k in REQUEST_SCHEMA}
+_GET = {k: attrgetter("mix_class" if k == "class" else k) for k in REQUEST_SCHEMA}  # `class`: a keyword
 
 
 def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
@@ -563,8 +568,8 @@ def read_run(path: str | Path) -> Run:
         raise ResultsError(f"{p}: unreadable results: {e}") from None
     # columns added after the first release, null in a folder written before they existed (not said):
     # cached_tokens; first_answer_ns and reasoning_tokens (an older run counted reasoning as output and
-    # did not tell the first answer token apart, so its ttfa is unknown)
-    requests = requests.with_columns(pl.lit(None, pl.Int64).alias(c) for c in _ADDED if c not in requests.columns)
+    # did not tell the first answer token apart, so its ttfa is unknown); class, model and priority
+    requests = requests.with_columns(pl.lit(None, t).alias(c) for c, t in _ADDED.items() if c not in requests.columns)
     missing = set(REQUEST_SCHEMA) - set(requests.columns)
     if missing:
         raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")

@@ -313,14 +313,21 @@ def plan_rows(job: Job, t0: int) -> tuple[list[Row], list[bytes], Bodies | None]
     rows = [Row(i, f"{job.run_id}-{i:06d}", t0 + int(off), int(p), int(m), bool(w))
             for i, (off, p, m, w) in enumerate(zip(schedule.intended_ns, schedule.prompt_tokens,
                                                    schedule.max_tokens, schedule.warmup))]
-    shape_rows(rows, schedule)
+    shape_rows(rows, schedule, job.target.config)
     if job.part:  # its share of the plan only
         rows, bodies, shaper = job.part.select(rows, bodies, shaper)
     return rows, bodies, shaper
 
 
-def shape_rows(rows: list[Row], schedule: Schedule) -> None:
-    """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null)."""
+def shape_rows(rows: list[Row], schedule: Schedule, config: RunConfig) -> None:
+    """Copy the plan's workload shape onto the rows (-1 in the plan = not applicable = null), and each row's
+    [[mix]] class with the model and priority its body carries (plan/bodies.py)."""
+    mix = config.mix
+    for r, j in zip(rows, schedule.mix_class.tolist()):
+        c = mix[j] if j >= 0 and mix else None
+        r.mix_class = c.name if c else None
+        r.model = (c.model if c and c.model else None) or config.model or None
+        r.priority = c.priority if c else None
     for r, g, s, t, a, k, an, at in zip(rows, schedule.prefix_group.tolist(), schedule.session.tolist(),
                                         schedule.turn.tolist(), schedule.after.tolist(), schedule.think_ns.tolist(),
                                         schedule.abandon_ns.tolist(), schedule.abandon_tokens.tolist()):

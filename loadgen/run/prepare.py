@@ -69,6 +69,15 @@ def check_served(config: RunConfig, url: str, headers: dict[str, str], client: C
     warning = check_model(config.model, served, server.get("kind"))
     if warning:
         say(progress, "WARNING: " + warning)
+    problems = []
+    for i, c in enumerate(config.mix):  # each class's own model (e.g. a LoRA adapter) must be served too
+        if c.model is not None and c.model != config.model:
+            try:
+                check_model(c.model, served, server.get("kind"), key=f"{config.source}: mix[{i}].model")
+            except ConfigError as e:
+                problems += e.problems
+    if problems:
+        raise ConfigError(problems)
     limit, source = context_limit(url, headers, served, config.model, tls)
     say(progress, f"context limit: {limit} tokens per request ({source})" if limit else
                   f"context limit: unknown, {source}: over-long prompts are not caught before the run")
@@ -102,7 +111,7 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
     if config.image is not None and not (isinstance(backend, OpenAIBackend) and backend.api == "chat"):
         raise ConfigError([f"image: images are sent as OpenAI chat content parts; the {config.backend} backend "
                            f"of this target does not take them"])
-    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt,
+    bodies = Bodies(schedule, backend, maker, config.seed, convs, salt=config.prompt_salt, mix=config.mix,
                     image_fill=config.image.fill if config.image else None)
     built = bodies.build_all()
     checks = maker.summary()

@@ -35,10 +35,11 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
         engine = getattr(sim.backend, "engine", None)
         slots = engine.cfg.max_num_seqs if engine is not None else 1
         limit = {"meta": {"n_ctx": sim.max_model_len * slots}} if llamacpp else {"max_model_len": sim.max_model_len}
+        head = {"object": "model", "created": sim.t0_ns // 10**9, "owned_by": "llamacpp" if llamacpp else "loadgen-sim"}
+        # --lora-modules: each adapter after the base model, its parent the base model (as vLLM lists them)
         return json_response({"object": "list", "data": [
-            {"id": sim.model, "object": "model", "created": sim.t0_ns // 10**9,
-             "owned_by": "llamacpp" if llamacpp else "loadgen-sim",
-             "root": sim.model, "parent": None, **limit}]})
+            {"id": sim.model, **head, "root": sim.model, "parent": None, **limit},
+            *({"id": name, **head, "root": name, "parent": sim.model, **limit} for name in sim.lora_names)]})
 
     async def h_ollama_tags(request):  # Ollama's model list
         return json_response({"models": [{"name": sim.model, "model": sim.model, "size": 0,

@@ -110,6 +110,14 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--faults", default="", metavar="SPEC", help="inject faults (see below)")
     p.add_argument("--seed", type=c("--seed", int), default=0, metavar="N")
     p.add_argument("--model", default=None, help="model name to report (default: the profile's)")
+    p.add_argument("--lora-modules", nargs="+", default=(), metavar="NAME[=PATH]",
+                   help="adapter names served beside --model (the path, as vLLM takes it, is ignored): listed in "
+                        "/v1/models with the model as parent; with any given, a request naming another model "
+                        "gets vLLM's 404 (without, any model name is accepted and echoed)")
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"], default="fcfs",
+                   help="engine mode: the waiting queue's order, as vLLM's flag: fcfs (default), or priority: "
+                        "by (request priority, arrival), lower first, preempting the largest (priority, "
+                        "arrival) (sim/engine.py); the body's `priority` is accepted either way")
     p.add_argument("--max-model-len", type=c("--max-model-len", _positive_int), default=None, metavar="N",
                    help="context limit in tokens (prompt + max_tokens), published in /v1/models and /props "
                         "and enforced with HTTP 400 (default: the profile's; fixed mode: 1048576)")
@@ -149,6 +157,11 @@ def main(argv: list[str]) -> int:
         errors.append(str(e))
     if args.port is not None and not 0 <= args.port <= 65535:
         errors.append(f"--port {args.port} out of range")
+    if args.scheduling_policy == "priority" and args.mode == "fixed":
+        errors.append("--scheduling-policy priority needs --mode engine (fixed mode has no queue to order)")
+    lora = [n.partition("=")[0] for n in args.lora_modules]
+    if any(not n for n in lora):
+        errors.append(f"--lora-modules: each must be NAME or NAME=PATH, got {' '.join(args.lora_modules)!r}")
     if args.processes is not None and args.processes > 1 and args.mode != "fixed":
         # engine mode's batch is one shared state: N processes would be N independent engines
         errors.append(f"--processes {args.processes} needs --mode fixed (engine mode is one shared batch)")
@@ -237,7 +250,7 @@ def _make_sim(args, faults, child=None):
         cfg = EngineConfig.from_profile(profile, max_num_seqs=args.max_num_seqs,
                                         max_num_batched_tokens=args.max_num_batched_tokens,
                                         kv_capacity_tokens=args.kv_capacity_tokens,
-                                        prefix_caching=args.prefix_caching)
+                                        prefix_caching=args.prefix_caching, policy=args.scheduling_policy)
         backend = EngineBackend(profile, cfg, args.speed, faults.stalls, t0_ns)
         if args.step_log:
             try:
@@ -257,6 +270,7 @@ def _make_sim(args, faults, child=None):
     sim.reasoning_tokens, sim.reasoning_field = args.reasoning_tokens, args.reasoning_field
     sim.tool_calls = args.tool_calls
     sim.ignore_disconnect = args.ignore_disconnect
+    sim.lora_names = tuple(n.partition("=")[0] for n in args.lora_modules)
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

@@ -36,8 +36,10 @@ class EngineBackend:
             self.step_log.close()
             self.step_log = None
 
-    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> EngineGeneration:
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int,
+               priority: int = 0) -> EngineGeneration:
         gen = EngineGeneration(request_id, arrival_ns, prompt, max_tokens)
+        gen.priority = priority  # ordered by under --scheduling-policy priority (engine.py)
         self.engine.check(gen)  # ValueError: too long for the model/KV pool
         gen.on_cancel = self._cancelled.append
         delay_s = self.engine.profile.request_overhead_us * 1e-6 / self.engine.speed

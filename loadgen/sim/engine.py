@@ -14,6 +14,13 @@ prompt larger than the remaining budget is split over steps (chunked prefill). K
 in blocks of BLOCK_SIZE tokens for the tokens computed so far. When a sequence's computed tokens
 catch up with its tokens, it samples one output token (its first, after the prompt).
 
+Scheduling policy (EngineConfig.policy, vLLM's `--scheduling-policy`): "fcfs" as above; "priority" orders
+the waiting queue by (priority, arrival) as vLLM V1's PriorityRequestQueue (lower priority value first; a
+preempted sequence goes back into that order, not to the head), admits the first of that order that has
+arrived, and preempts the running sequence with the largest (priority, arrival) instead of the most recently
+admitted one (vLLM's scheduler: `max(self.running, key=lambda r: (r.priority, r.arrival_time))`). Under
+"fcfs" a request's priority is accepted and ignored.
+
 Prefix caching (optional): full prompt blocks are named by a chain hash of their tokens; a
 new or recomputed sequence skips computing the leading blocks already computed by anyone
 (at least one token is always computed). Simplification: cached blocks save compute only, the
@@ -41,12 +48,13 @@ class EngineConfig:
     max_num_batched_tokens: int
     kv_capacity_tokens: int
     prefix_caching: bool = False
+    policy: str = "fcfs"   # fcfs | priority (vLLM's --scheduling-policy; module docstring)
 
     @classmethod
     def from_profile(cls, p: Profile, *, max_num_seqs=None, max_num_batched_tokens=None,
-                     kv_capacity_tokens=None, prefix_caching=False) -> "EngineConfig":
+                     kv_capacity_tokens=None, prefix_caching=False, policy="fcfs") -> "EngineConfig":
         return cls(max_num_seqs or p.max_num_seqs, max_num_batched_tokens or p.max_num_batched_tokens,
-                   kv_capacity_tokens or p.kv_capacity_tokens, prefix_caching)
+                   kv_capacity_tokens or p.kv_capacity_tokens, prefix_caching, policy)
 
     @property
     def kv_blocks(self) -> int:
@@ -63,6 +71,7 @@ class Request(Protocol):
     preemptions: int
     stall_ns: int
     cached_tokens: int
+    priority: int   # read under the "priority" policy only (lower first)
 
     @property
     def prompt(self) -> Sequence[Any]:  # the prompt's tokens: words (tokenizer.words), or ids if sent as ids
@@ -159,7 +168,27 @@ class Engine:
         seq.num_computed = 0
         seq.req.preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self.waiting.appendleft(seq)  # fcfs: the head; priority: _next_waiting picks by (priority, arrival)
+
+    @property
+    def _by_priority(self) -> bool:
+        return self.cfg.policy == "priority"
+
+    def _victim(self) -> Seq:
+        if self._by_priority:
+            return max(self.running, key=lambda s: (s.req.priority, s.req.arrival_ns))
+        return self.running[-1]  # the most recently admitted
+
+    def _next_waiting(self, start_ns: int) -> Seq | None:
+        """The waiting sequence to admit next, if it has arrived: the head (fcfs), or the least
+        (priority, arrival) of those arrived (priority)."""
+        if not self.waiting:
+            return None
+        if not self._by_priority:
+            head = self.waiting[0]
+            return head if head.req.arrival_ns <= start_ns else None
+        arrived = [s for s in self.waiting if s.req.arrival_ns <= start_ns]
+        return min(arrived, key=lambda s: (s.req.priority, s.req.arrival_ns)) if arrived else None
 
     def _prefix_hit(self, seq: Seq) -> None:
         ids = seq.req.prompt
@@ -192,7 +221,7 @@ class Engine:
                 continue
             n = min(seq.num_tokens - seq.num_computed, budget)
             while not self._grow(seq, n):
-                victim = self.running[-1]  # the most recently admitted
+                victim = self._victim()
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is seq:
@@ -201,15 +230,17 @@ class Engine:
                 items.append((seq, n))
                 budget -= n
         if not preempted:
-            while (self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs
-                   and self.waiting[0].req.arrival_ns <= start_ns):
-                seq = self.waiting[0]
+            while budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+                nxt = self._next_waiting(start_ns)
+                if nxt is None:
+                    break
+                seq = nxt
                 if self.cfg.prefix_caching and seq.num_computed == 0:
                     self._prefix_hit(seq)
                 n = min(seq.num_tokens - seq.num_computed, budget)
                 if not self._grow(seq, n):
                     break
-                self.waiting.popleft()
+                self.waiting.remove(seq)
                 self._order += 1
                 seq.order = self._order
                 self.running.append(seq)

@@ -28,6 +28,8 @@ class Generation:
         self.cached_tokens = 0  # prompt tokens served from the prefix cache
         self.due_ns: list[int] = []  # due send time of each produced token
         self.stalled = False  # an engine stall (fault) delayed it
+        self.priority = 0  # the body's `priority` (engine.py reads it under --scheduling-policy priority)
+        self.model = ""    # the model it asked for (the truth's `model`)
 
     async def wait_for(self, n: int) -> None:
         raise NotImplementedError
@@ -106,7 +108,8 @@ class FixedBackend:
         self.max_model_len: int | None = None  # --max-model-len: prompt + max_tokens above it is a 400
         self.live: set[FixedGeneration] = set()  # for /metrics' running gauge (state())
 
-    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int) -> Generation:
+    def submit(self, request_id: str, arrival_ns: int, prompt: list, max_tokens: int, priority: int = 0) -> Generation:
+        # priority: accepted and ignored (fixed mode has no queue to order)
         if self.max_model_len is not None and len(prompt) + max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({max_tokens}) exceeds the model "
                              f"length ({self.max_model_len} tokens)")

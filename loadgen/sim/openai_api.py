@@ -2,7 +2,9 @@
 
 Accepted body fields: `prompt` (a string, a list of one string, or a list of token ids) or
 `messages`; `max_tokens` (chat also `max_completion_tokens`; default DEFAULT_MAX_TOKENS);
-`stream`; `stream_options.include_usage` (and `continuous_usage_stats`); `model` (echoed); anything else (`ignore_eos`,
+`stream`; `stream_options.include_usage` (and `continuous_usage_stats`); `model` (echoed; with
+--lora-modules one not served is a 404 as vLLM's); `priority` (an int64, default 0: the engine orders its
+queue by it under --scheduling-policy priority, engine.py); anything else (`ignore_eos`,
 `min_tokens`, `temperature`, ...) is accepted and ignored: the output is always exactly
 max_tokens tokens, finish_reason "length".
 
@@ -41,6 +43,17 @@ def _max_tokens(body: dict, *keys: str) -> int:
                 raise BadRequest(f"'{key}' must be a positive integer, got {v!r}")
             return v
     return DEFAULT_MAX_TOKENS
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1   # vLLM's bounds on `priority`
+
+
+def _priority(body: dict) -> int:
+    # vLLM's `priority: int = 0` (lower is served first under --scheduling-policy priority)
+    v = body.get("priority", 0)
+    if isinstance(v, bool) or not isinstance(v, int) or not INT64_MIN <= v <= INT64_MAX:
+        raise BadRequest(f"'priority' must be an integer in [{INT64_MIN}, {INT64_MAX}], got {v!r}")
+    return v
 
 
 def _common(body: Any) -> tuple[bool, bool, bool, str]:
@@ -124,7 +137,8 @@ class Completions(_OpenAI):
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
         return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
-                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"})
+                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"},
+                      priority=_priority(body))
 
     def token_bytes(self, ctx, start, end) -> bytes:
         last = self._last(ctx, end)
@@ -166,7 +180,8 @@ class ChatCompletions(_OpenAI):
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        "reasoning": getattr(sim, "reasoning_tokens", 0),
                        "reasoning_field": getattr(sim, "reasoning_field", "reasoning_content"),
-                       "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures)})
+                       "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures)},
+                      priority=_priority(body))
 
     def _delta(self, ctx: Context, start: int, end: int) -> dict:
         # Output tokens start..end-1: those below the reasoning count as reasoning, the rest as the answer.

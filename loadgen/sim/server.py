@@ -39,6 +39,7 @@ class Parsed:
     model: str
     include_usage: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0   # the body's `priority` (OpenAI surfaces; vLLM's default 0)
 
 
 @dataclass
@@ -73,7 +74,7 @@ class Surface:
         return b'data: {"id": "malformed", "choices": [{"text": "tok \n\n'
 
     def error_body(self, status: int, message: str) -> dict:
-        kind = {400: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError",
+        kind = {400: "BadRequestError", 404: "NotFoundError", 429: "RateLimitError", 500: "InternalServerError",
                 503: "ServiceUnavailableError"}.get(status, "Error")
         return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
 
@@ -111,6 +112,12 @@ class Sim:
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
         self.process_index = 0  # which of `--processes N` this is (truth column sim_process)
+        # --lora-modules: the adapter names served beside `model`; when any is given, a request naming
+        # another model is refused with vLLM's 404 (without, any name is accepted and echoed)
+        self.lora_names: tuple[str, ...] = ()
+
+    def served(self, model: str) -> bool:
+        return not self.lora_names or model == self.model or model in self.lora_names
 
     def record(self, row: dict) -> None:
         row["sim_process"] = self.process_index
@@ -143,7 +150,16 @@ class Sim:
         fault = self.faults.for_request(request_id)
         label = fault.label() if fault else ""
         row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
-                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt))
+                        endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt),
+                        model=parsed.model, priority=parsed.priority)
+        if not self.served(parsed.model):  # vLLM's answer to a model it does not serve
+            self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
+                                 preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
+                                 http_status=404, outcome="http_error", **row_args))
+            served = ", ".join((self.model, *self.lora_names))
+            return web.json_response(surface.error_body(404, f"The model `{parsed.model}` does not exist. "
+                                                             f"Valid aliases: {served}."),
+                                     status=404, headers=headers)
         if fault and fault.kind.startswith("http"):
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],
@@ -151,7 +167,7 @@ class Sim:
             return web.json_response(surface.error_body(fault.status, f"injected fault {label}"),
                                      status=fault.status, headers=headers)
         try:
-            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt, parsed.max_tokens)
+            gen = self.backend.submit(request_id, arrival_ns, parsed.prompt, parsed.max_tokens, parsed.priority)
         except ValueError as e:
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],

@@ -26,7 +26,10 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   speed           the --speed factor (profile time = real time * speed)
   fault           the fault injected into this request ("" if none)
   image_tokens    of prompt_tokens, the tokens its images cost (sim/images.py's rule; 0 without images)
-  outcome         ok | http_error (400 refused, or an injected 5xx/429) | reset (injected) |
+  model           the body's model (the simulator's --model when the body names none)
+  priority        the body's `priority` (0 when not sent, vLLM's default; OpenAI surfaces only)
+  outcome         ok | http_error (400 refused, 404 a model --lora-modules does not list, or an injected
+                  5xx/429) | reset (injected) |
                   client_gone | interrupted (the simulator stopped first)
 
 File type by extension: .jsonl (a line per request, flushed at once) or .parquet. A parquet file
@@ -59,7 +62,7 @@ COLUMNS = {  # name -> polars dtype name
     "lateness_ns": "list_i64", "speed": "f64", "mode": "str", "endpoint": "str",
     "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
     "output_tokens": "i64", "cached_tokens": "i64", "sim_process": "i64",
-    "first_answer_ns": "i64", "reasoning_tokens": "i64", "image_tokens": "i64",
+    "first_answer_ns": "i64", "reasoning_tokens": "i64", "image_tokens": "i64", "model": "str", "priority": "i64",
 }
 
 
@@ -67,7 +70,7 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
              first_token_ns: int | None, finish_ns: int | None, preemptions: int, stall_ns: int,
              token_ns: list[int], lateness_ns: list[int], speed: float, mode: str, endpoint: str,
              http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0,
-             reasoning: int = 0, image_tokens: int = 0) -> dict[str, Any]:
+             reasoning: int = 0, image_tokens: int = 0, model: str = "", priority: int = 0) -> dict[str, Any]:
     # reasoning: the request's first `reasoning` output tokens are reasoning (0: none)
     def diff(a: int | None, b: int | None) -> int | None:
         return None if a is None or b is None else a - b
@@ -89,6 +92,7 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
         "first_answer_ns": token_ns[reasoning] if len(token_ns) > reasoning else None,
         "reasoning_tokens": min(reasoning, len(token_ns)),
         "image_tokens": image_tokens,   # of prompt_tokens, the images' (sim/images.py)
+        "model": model, "priority": priority,
     }
 
 

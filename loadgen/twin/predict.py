@@ -65,6 +65,7 @@ class _Req:  # what the engine needs of a request (engine.Request)
     preemptions: int = 0
     stall_ns: int = 0
     cached_tokens: int = 0
+    priority: int = 0
     stalled: bool = False
 
 

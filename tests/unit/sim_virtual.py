@@ -18,6 +18,7 @@ class Req:
     preemptions: int = 0
     stall_ns: int = 0
     cached_tokens: int = 0
+    priority: int = 0
     token_ns: list[int] = field(default_factory=list)
 
 

@@ -32,7 +32,7 @@ def test_summary_keys_with_an_slo(tmp_path):
 
 
 def test_the_parts_make_up_the_summary():
-    # summarize's keys, explain's, goodput's and build's own (load, config): nothing listed twice
-    parts = [_keys(RunSummary), _keys(Explanation), _keys(GoodputSection), {"load", "config"}]
+    # summarize's keys, explain's, goodput's and build's own (load, config, breakdown): nothing listed twice
+    parts = [_keys(RunSummary), _keys(Explanation), _keys(GoodputSection), {"load", "config", "breakdown"}]
     assert sum(len(p) for p in parts) == len(_keys(Summary))
     assert set().union(*parts) == _keys(Summary)

@@ -24,12 +24,15 @@ class Backend(Protocol):
     event_end: bytes
     preamble_events: int
 
-    def body(self, prompt: str, max_tokens: int) -> bytes:
+    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
         """One prompt text (chat: one user message)."""
 
-    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
+    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
+                      priority: int | None = None) -> bytes:
         """A conversation (system prefix, history, the new user turn); completions-style endpoints get
-        the contents joined by newlines."""
+        the contents joined by newlines. model: this request's model (a [[mix]] class's; None: the
+        backend's); priority: sent as the body's `priority` (None: not sent). A backend whose API has no
+        such field raises ValueError (config/parts.py refuses such a workload before it runs)."""
 
     def reply_text(self, reads: list[bytes]) -> str:
         """The generated text of a finished response (a session's next turn sends it back)."""

@@ -28,12 +28,15 @@ class LlamaCppBackend:
         # One native endpoint: `api` (completions|chat) is accepted and the prompt is sent as is.
         self.api, self.model, self.extra_body = api, model, extra_body
 
-    def body(self, prompt: str, max_tokens: int) -> bytes:
+    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
+        if model is not None or priority is not None:
+            raise ValueError("llama.cpp's /completion has no model or priority field")
         payload = {"prompt": prompt, "n_predict": max_tokens, "stream": True, **self.extra_body}
         return orjson.dumps(payload)
 
-    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
-        return self.body(joined(messages), max_tokens)  # /completion takes one prompt text
+    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
+                      priority: int | None = None) -> bytes:
+        return self.body(joined(messages), max_tokens, model=model, priority=priority)  # one prompt text
 
     def reply_text(self, reads: list[bytes]) -> str:
         return "".join(self._parse([0] * len(reads), reads)[0].texts)

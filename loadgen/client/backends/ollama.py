@@ -34,11 +34,14 @@ class OllamaBackend:
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]
 
-    def body(self, prompt: str, max_tokens: int) -> bytes:
-        return self.body_messages(user(prompt), max_tokens)
+    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
+        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
 
-    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
-        payload = messages_payload(self.api, self.model, messages)
+    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
+                      priority: int | None = None) -> bytes:
+        if priority is not None:
+            raise ValueError("Ollama's API has no priority field")
+        payload = messages_payload(self.api, model or self.model, messages)
         options = {"num_predict": max_tokens, **self.extra_body.get("options", {})}
         payload.update(stream=True, **{k: v for k, v in self.extra_body.items() if k != "options"})
         payload["options"] = options

@@ -54,12 +54,15 @@ class OpenAIBackend:
         self.path = PATHS[api]
         self.preamble_events = 1 if api == "chat" else 0  # chat's first event: delta.role, no content
 
-    def body(self, prompt: str, max_tokens: int) -> bytes:
-        return self.body_messages(user(prompt), max_tokens)
+    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
+        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
 
-    def body_messages(self, messages: Messages, max_tokens: int) -> bytes:
-        payload = messages_payload(self.api, self.model, messages)
+    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
+                      priority: int | None = None) -> bytes:
+        payload = messages_payload(self.api, model or self.model, messages)
         payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
+        if priority is not None:  # vLLM's `priority` (lower is served first under --scheduling-policy priority)
+            payload["priority"] = priority
         payload.update(self.extra_body)
         return orjson.dumps(payload)
 
