@@ -64,7 +64,9 @@ class Row:
                  "server_queue_ms", "server_prefill_ms",
                  "server_decode_ms", "chunk_t_ns", "chunk_tokens",
                  # workload shape (None = not set); after/think_ns drive session turns
-                 "prefix_group", "session", "turn", "after", "think_ns")
+                 "prefix_group", "session", "turn", "after", "think_ns",
+                 # the reply judged against the workload's tools / response_format (backends/replies.py)
+                 "reply_valid", "tool_calls", "reply_problem")
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -101,6 +103,9 @@ class Row:
     turn: int | None
     after: int | None
     think_ns: int
+    reply_valid: bool | None       # the reply is what was asked (valid JSON / valid calls); None: not judged
+    tool_calls: int | None         # calls in the reply; None: no tools were sent (or the row is not ok)
+    reply_problem: str | None      # why reply_valid is False: "<kind>: <detail>"
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -119,6 +124,7 @@ class Row:
         self.prefix_group = self.session = self.turn = None
         self.after = None   # idx of the previous turn: this row is sent think_ns after that one is done
         self.think_ns = 0
+        self.reply_valid = self.tool_calls = self.reply_problem = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -59,8 +59,10 @@ REQUEST_SCHEMA = {
     "output_tokens": pl.Int64, "reasoning_tokens": pl.Int64, "n_chunks": pl.Int64,
     "server_queue_ms": pl.Float64, "server_prefill_ms": pl.Float64, "server_decode_ms": pl.Float64,
     "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64,  # null = not applicable
+    "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,  # null = not judged
 }
-_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens")  # read_run fills them in an older folder
+# read_run fills them (null) in an older folder
+_ADDED = ("cached_tokens", "first_answer_ns", "reasoning_tokens", "reply_valid", "tool_calls", "reply_problem")
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -123,6 +125,7 @@ class RunSummary(TypedDict):
     server: str | None                             # manifest.target.server.kind
     prompt_lengths: Json | None                    # manifest.workload.prompt_lengths as is
     prefix_cache: Json                             # hit_rate, source, expected_hit_rate, mismatch, ...
+    replies: Json | None                           # valid JSON / valid calls (analysis/replies.py); null: none asked
 
 
 class Explanation(TypedDict):
@@ -558,7 +561,9 @@ def read_run(path: str | Path) -> Run:
     # columns added after the first release, null in a folder written before they existed (not said):
     # cached_tokens; first_answer_ns and reasoning_tokens (an older run counted reasoning as output and
     # did not tell the first answer token apart, so its ttfa is unknown)
-    requests = requests.with_columns(pl.lit(None, pl.Int64).alias(c) for c in _ADDED if c not in requests.columns)
+    # (cached_tokens; the reply's verdict: a run before it judged nothing)
+    requests = requests.with_columns(pl.lit(None, REQUEST_SCHEMA[c]).alias(c) for c in _ADDED
+                                     if c not in requests.columns)
     missing = set(REQUEST_SCHEMA) - set(requests.columns)
     if missing:
         raise ResultsError(f"{p / 'requests.parquet'}: missing columns {sorted(missing)}")
