@@ -1,8 +1,10 @@
 """End to end against vLLM started with `--enable-auto-tool-choice --tool-call-parser hermes` (its own server
 for the module, after the others: one vLLM at a time): a tool_choice "required" workload and a
-response_format one. vLLM decodes both by a grammar (the required call as a JSON list of calls, the reply
-by the schema), so even its random weights answer valid JSON: every ok reply must be judged valid, and the
-tool-call streams are timed like content (first token, first answer, last token, chunks).
+response_format one. vLLM decodes the reply by the schema, so even its random weights answer valid JSON:
+every ok response_format reply must be judged valid. Under tool_choice "required" vLLM 0.32 streams the
+call's name as one piece (with id and type, content null), then argument pieces that the random weights
+fill with text (seen: `"+decode Observ...` cut at max_tokens): those streams are timed like content (first
+token, first answer, last token, chunks) and judged as calls, the count held to the rows' verdicts.
 Skipped without VLLM_PYTHON / VLLM_MODEL (tests/e2e/build_vllm.sh; `make e2e` sets them).
 """
 from __future__ import annotations

@@ -148,6 +148,13 @@ RF = {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "s
 
 @pytest.mark.parametrize("fields, deltas, valid, calls, kind", [
     (TOOLS, [_call(0, "get_weather", '{"ci'), _call(0, None, 'ty": "Paris"}')], True, 1, None),
+    # vLLM 0.32's shape under required: the name alone (id, type, content null), then argument pieces
+    (TOOLS, [{"content": None, "tool_calls": [{"id": "c1", "type": "function", "index": 0,
+                                               "function": {"name": "get_weather"}}]},
+             _call(0, None, '{"city"'), _call(0, None, ': "x"}')], True, 1, None),
+    (TOOLS, [{"content": None, "tool_calls": [{"id": "c1", "type": "function", "index": 0,
+                                               "function": {"name": "get_weather"}}]},
+             _call(0, None, '"+decode'), _call(0, None, ' Observ')], False, 1, "arguments_not_json"),
     (TOOLS, [_call(0, "get_weather", '{"city": "a"}'), _call(1, "get_weather", '{"city": "b"}')], True, 2, None),
     (TOOLS, [_call(0, "get_weather", '{"city": "a"}'), _call(1, "nope", "{}")], False, 2, "undeclared"),
     (TOOLS, [_call(0, "get_weather", '{"city": ')], False, 1, "arguments_not_json"),
