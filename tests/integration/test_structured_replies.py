@@ -73,3 +73,18 @@ def test_a_run_without_structure_has_no_verdict(tmp_path):
     assert rows["reply_valid"].is_null().all() and rows["tool_calls"].is_null().all()
     assert pl.read_parquet(out / "sim_truth.parquet")["reply_valid"].is_null().all()
     assert report_json(str(out))["replies"] is None
+
+
+def test_compare_names_a_different_structure_as_other_work(tmp_path):
+    runs = []
+    for name, request in (("plain", ""), ("json", "[request]\nresponse_format = { properties = 3 }\n")):
+        (tmp_path / name).mkdir()
+        out = tmp_path / name / "run"
+        p = loadgen("run", workload(tmp_path / name, api="chat", requests=10, extra=request), "--out", str(out),
+                    "--quiet", "--no-calibrate", "--sim-args", "--mode fixed --ttft 5ms --itl 1ms")
+        assert p.returncode == 0, p.stderr
+        runs.append(str(out))
+    p = loadgen("compare", *runs)
+    assert p.returncode == 0, p.stderr
+    assert any(line.startswith("WARNING: NOT THE SAME WORK") and "structured differs" in line
+               for line in p.stdout.splitlines()), p.stdout
