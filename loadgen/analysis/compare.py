@@ -116,6 +116,8 @@ def work_of(manifest: Manifest, req: pl.DataFrame) -> dict:
     return {"model": c.get("model"), "api": c.get("api"),
             "max_tokens": c.get("output_tokens"), "max_tokens_realized": dist("max_tokens"),
             "ignore_eos": (c.get("extra_body") or {}).get("ignore_eos"),
+            # tools / response_format asked (config/structured.py): decoding by a grammar is other work
+            "structured": c.get("structured"),
             "prompt_tokens": dist("planned_prompt_tokens"),
             "rate": (manifest.get("schedule") or {}).get("configured_rate_per_s"),
             "arrival_process": (c.get("arrivals") or {}).get("process"),
@@ -134,7 +136,8 @@ def _rel_differs(a, b, tol: float) -> bool:
 
 def same_work(a: dict, b: dict) -> list[dict]:
     diffs = []
-    for f in ("model", "api", "max_tokens", "ignore_eos", "arrival_process", "burstiness", "load", "requests"):
+    for f in ("model", "api", "max_tokens", "ignore_eos", "structured", "arrival_process", "burstiness", "load",
+              "requests"):
         if a.get(f) != b.get(f):
             diffs.append({"field": f, "a": a.get(f), "b": b.get(f)})
     for f in ("prompt_tokens", "max_tokens_realized"):

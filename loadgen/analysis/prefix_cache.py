@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from loadgen import metrics
 from loadgen.results.folder import Json, Run
 
 TOLERANCE = 0.05   # absolute, on the 0..1 hit rate
@@ -56,7 +57,9 @@ def _per_request(requests: pl.DataFrame) -> Json:
     prompt = int(ok.select(pl.coalesce("prompt_tokens", "planned_prompt_tokens").sum()).item() or 0) if ok.height else 0
     cached = int(ok["cached_tokens"].fill_null(0).sum() or 0) if said else 0
     return {"rows_reporting": said, "cached_tokens": cached if said else None, "prompt_tokens": prompt,
-            "hit_rate": cached / prompt if said and prompt else None}
+            "hit_rate": cached / prompt if said and prompt else None,
+            # cached tokens per reporting request (p50, p90, p99, p999, max, mean; None without any)
+            "cached_tokens_per_request": metrics.distribution(ok["cached_tokens"]) if said else None}
 
 
 def expected_rate(requests: pl.DataFrame, config: Json) -> float | None:

@@ -11,7 +11,9 @@ counts (values the histograms could not hold: negative or above 1 h) and HDR per
 of the exact ones above.
 `errors` is analysis/failures.py's: the error rate and the most frequent error texts (redacted).
 `generator` is the run's self-check from the manifest (selfcheck.py). `prefix_cache`: the measured
-prefix-cache hit rate beside the one the workload implies (analysis/prefix_cache.py).
+prefix-cache hit rate beside the one the workload implies (analysis/prefix_cache.py). `replies`: how many
+replies were valid JSON / valid tool calls, for a workload that sends tools or response_format
+(analysis/replies.py).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import abandon, completeness, failures, prefix_cache
+from loadgen.analysis import abandon, completeness, failures, prefix_cache, replies
 from loadgen.results.folder import Json, ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -99,6 +101,7 @@ def summarize(run: Run) -> RunSummary:
         "prefix_cache": prefix_cache.section(run),  # measured hit rate vs the workload's (prefix_cache.py)
         "abandoned": abandon.section(run, req),      # [abandon]: what was cut, did the server free the slots
         "images": images(req),                       # [image]: what was sent, what the server charged
+        "replies": replies.section(run),  # valid JSON / valid tool calls (replies.py); null: none asked
     }
 
 

@@ -72,7 +72,9 @@ class Row:
                  "images", "image_width", "image_height",   # [image]: how many, each w x h pixels (None = none)
                  # its [[mix]] class's name (the `class` column; None = no mix), the model named in its body,
                  # the priority sent (None = none sent)
-                 "mix_class", "model", "priority")
+                 "mix_class", "model", "priority",
+                 # the reply judged against the workload's tools / response_format (backends/replies.py)
+                 "reply_valid", "tool_calls", "reply_problem")
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -118,6 +120,9 @@ class Row:
     mix_class: str | None
     model: str | None
     priority: int | None
+    reply_valid: bool | None       # the reply is what was asked (valid JSON / valid calls); None: not judged
+    tool_calls: int | None         # calls in the reply; None: no tools were sent (or the row is not ok)
+    reply_problem: str | None      # why reply_valid is False: "<kind>: <detail>"
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -139,6 +144,7 @@ class Row:
         self.abandon_after_ns = self.abandon_after_tokens = self.cut = None
         self.images = self.image_width = self.image_height = None
         self.mix_class = self.model = self.priority = None
+        self.reply_valid = self.tool_calls = self.reply_problem = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -85,6 +85,29 @@ class ImageSpec:
 
 
 @dataclass(frozen=True)
+class StructuredSpec:
+    """[request] tools, tool_choice, response_format (config/structured.py); plan/structured.py builds the
+    body fields from it, generated ones deterministic from the seed."""
+    tools_file: str | None = None           # the tools' JSON file (resolved path), whose definitions are `tools`
+    tools: tuple = ()                       # OpenAI tool definitions, as the file holds them
+    generate_tools: int = 0                 # or: this many generated tools (tool_0 ..) ...
+    tool_parameters: int = 0                # ... each with this many parameters
+    tool_choice: str | None = None          # auto | required | none | a declared function's name; None: not sent
+    schema_file: str | None = None          # response_format's JSON schema file (resolved path)
+    schema: dict | None = None              # its schema
+    schema_name: str = ""                   # json_schema.name (the file's stem, or its own name)
+    schema_properties: int = 0              # or: a generated schema with this many properties
+
+    @property
+    def has_tools(self) -> bool:
+        return bool(self.tools or self.generate_tools)
+
+    @property
+    def has_schema(self) -> bool:
+        return self.schema is not None or bool(self.schema_properties)
+
+
+@dataclass(frozen=True)
 class RunConfig:
     name: str
     model: str
@@ -107,6 +130,7 @@ class RunConfig:
     max_error_rate: float = default("max_error_rate")      # run/ending.py's error verdict
     api_key_env: str | None = None
     extra_body: dict = field(default_factory=dict)
+    structured: StructuredSpec | None = None   # [request] tools / tool_choice / response_format
     url: str | None = None          # None: start the built-in simulator
     out: str | None = None
     sim_args: tuple[str, ...] = default("sim_args")  # flags for the built-in simulator when url is None

@@ -33,9 +33,10 @@ KEYS = {
     "abandon": {"share", "after_ms", "after_tokens"},
     "image": {"share", "count", "width", "height", "fill"},
     "output": {"tokens"},
-    "request": {"api_key_env", "extra_body"},
+    "request": {"api_key_env", "extra_body", "tools", "tool_choice", "response_format"},
 }
 RESERVED_BODY = {"model", "prompt", "messages", "stream", "max_tokens"}   # set by loadgen itself
+STRUCTURED_BODY = ("tools", "tool_choice", "response_format")   # [request] keys of their own (structured.py)
 
 
 class Reader:
@@ -295,6 +296,9 @@ def request(r: Reader) -> dict[str, Any]:
         extra_body = {}
     for reserved in sorted(set(extra_body) & RESERVED_BODY):
         r.bad(f"request.extra_body.{reserved}", "is set by loadgen itself and may not be overridden here")
+    for key in STRUCTURED_BODY:
+        if key in extra_body and r.given(f"request.{key}"):
+            r.bad(f"request.extra_body.{key}", f"given twice: request.{key} sets it (and has each reply judged)")
     return {"api_key_env": api_key_env, "extra_body": extra_body}
 
 

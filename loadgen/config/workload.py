@@ -38,6 +38,10 @@ A workload file (see workloads/quickstart.toml):
     [request]
     api_key_env = "OPENAI_API_KEY" # the key is read from this variable, never written anywhere
     extra_body = { ignore_eos = true }
+    tools = "tools.json"           # OpenAI tool definitions (or { generate = 4, parameters = 6 }); chat only
+    tool_choice = "required"       # auto | required | none | a declared function's name
+    response_format = "schema.json"  # a JSON schema sent as response_format (or { properties = 8 })
+                                   # every reply is judged: valid JSON / valid calls (config/structured.py)
 
 Production-shaped workloads add:
 
@@ -111,7 +115,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import tomllib
 
 from loadgen.errors import ConfigError
-from loadgen.config import parts, sections, shipped
+from loadgen.config import parts, sections, shipped, structured
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
 from loadgen.config.kinds import is_file
@@ -280,8 +284,10 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, **ru
     prompt = sections.prompt(r, bool(mix) or (trace is not None and trace.lengths))
     config = RunConfig(**head, arrivals=arrivals, **run, **request, **prompt, **options, source=source,
                        trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r),
-                       abandon=parts.abandon(r), image=parts.image(r))
+                       abandon=parts.abandon(r), image=parts.image(r),
+                       structured=structured.spec(r))
     parts.across(r, config)
+    structured.across(r, config)
     if r.problems:
         raise ConfigError(r.problems)
     return config

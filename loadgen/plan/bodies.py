@@ -139,8 +139,9 @@ class Bodies:
             {"role": role, "content": text} for role, text in messages]
         n = int(self.s.images[i])
         if n:
-            msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]}, *images.parts(
-                n, int(self.s.image_width[i]), int(self.s.image_height[i]), self._rng(5, i), self.image_fill or "noise")]
+            w, h, fill = int(self.s.image_width[i]), int(self.s.image_height[i]), self.image_fill or "noise"
+            msgs[-1]["content"] = [{"type": "text", "text": msgs[-1]["content"]},
+                                   *images.parts(n, w, h, self._rng(5, i), fill)]
         j = int(self.s.mix_class[i])
         cls = self.mix[j] if j != NONE and self.mix else None
         return self.backend.body_messages(msgs, int(self.s.max_tokens[i]), model=cls.model if cls else None,

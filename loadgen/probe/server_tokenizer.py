@@ -77,6 +77,9 @@ class ServerTokenizer(Tokenizer):
                  headers: dict[str, str] | None = None, tls: ssl.SSLContext | bool = True):
         self._probe = Probe(base_url, timeout_s, headers, tls)  # the run's headers and TLS choice
         self.api, self.model = api, model
+        # the workload's tools (plan/structured.py): a chat template renders them into the prompt, so vLLM's
+        # /tokenize is sent them too (its `tools` field) and a count is the prompt the server builds
+        self.tools: list | None = None
         self.detail = f"{self._probe.base}/tokenize"
         self.shape = ""  # the request shape being tried; the one the server answered once __init__ returns
         self.prompt_exact = True
@@ -159,7 +162,7 @@ class ServerTokenizer(Tokenizer):
         slack = TEMPLATE_SLACK + TEMPLATE_SLACK_PER_MESSAGE * len(messages)
         if self.shape == "vllm":
             body = {**({"model": self.model} if self.model else {}), "messages": messages,
-                    "add_generation_prompt": True}
+                    "add_generation_prompt": True, **({"tools": self.tools} if self.tools else {})}
             return self._count(body, text, slack)
         status, data = self._ask("/apply-template", {"messages": messages})
         try:

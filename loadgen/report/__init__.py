@@ -26,6 +26,7 @@ def to_text(summary: Summary) -> str:
         f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
         *_prefix_cache_lines(summary),
         *_abandoned_lines(summary),
+        *_reply_lines(summary),
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
@@ -75,6 +76,12 @@ def _prefix_cache_lines(summary: Summary) -> list[str]:
     source = c["source"] or (c.get("server") or {}).get("note") or "not reported by the server"
     lines = [f"prefix cache hit rate {_pct(c['hit_rate'])} ({source}); "
              f"the workload implies {_pct(c['expected_hit_rate'])}{salt}"]
+    per = c.get("per_request") or {}
+    d = per.get("cached_tokens_per_request")
+    if d:  # the rows' cached_tokens (usage): runs before it have no such key
+        lines.append(f"cached tokens per request ({per['rows_reporting']} rows report them): p50 {_f(d['p50'])}  "
+                     f"p99 {_f(d['p99'])}  max {_f(d['max'])}  mean {_f(d['mean'])}; {per['cached_tokens']} of "
+                     f"{per['prompt_tokens']} prompt tokens ({_pct(per['hit_rate'])})")
     if c.get("mismatch"):
         lines.append(f"WARNING: {c['mismatch']}")
     return lines
@@ -95,6 +102,25 @@ def _abandoned_lines(summary: Summary) -> list[str]:
     verdict = "freed their slots" if slots["freed"] else "did NOT free their slots"
     return [line, f"           the server {verdict}: it held {slots['excess_mean']:+.2f} requests on average "
                   f"(max {slots['excess_max']:+.0f}) beyond those the client had open, over {slots['scrapes']} scrapes"]
+
+
+def _reply_lines(summary: Summary) -> list[str]:
+    # valid JSON / valid tool calls of a workload that sent tools or response_format (analysis/replies.py)
+    r = summary.get("replies")
+    if not r:
+        return []
+    j, c = r["json"], r["calls"]
+    parts = [f"replies    judged {r['judged']} of the ok: valid {r['valid']} ({_pct(r['valid_share'])})"]
+    if j["judged"]:
+        parts.append(f"JSON {j['valid']}/{j['judged']} valid ({_pct(j['valid_share'])}), {j['parsed']} parsed")
+    if c["judged"]:
+        parts.append(f"tool calls {c['valid']}/{c['judged']} valid ({_pct(c['valid_share'])}), "
+                     f"{c['tool_calls']} calls")
+    if r["not_judged"]:
+        parts.append(f"{r['not_judged']} not judged (no call, no schema)")
+    lines = ["; ".join(parts)]
+    lines += [f"           {t['count']:>5}× {t['problem']}" for t in r["top"]]
+    return lines
 
 
 def _lag_lines(g: dict) -> list[str]:

@@ -84,6 +84,13 @@ def overview(s: Summary) -> Table:
     if isinstance(s.get("prefix_cache"), dict):  # analysis/prefix_cache.py (runs before it: no rows)
         rows += [["prefix-cache hit rate", Key("prefix_cache.hit_rate")],
                  ["hit rate the workload implies", Key("prefix_cache.expected_hit_rate")]]
+    replies = s.get("replies")
+    if isinstance(replies, dict):  # analysis/replies.py: a workload that sent tools / response_format
+        rows += [["replies judged", Key("replies.judged")], ["replies valid", Key("replies.valid")],
+                 ["replies valid (share)", Key("replies.valid_share")]]
+        kinds = (("JSON replies", "json"), ("tool-call replies", "calls"))
+        rows += [[f"{label} valid (share)", Key(f"replies.{k}.valid_share")]
+                 for label, k in kinds if replies[k]["judged"]]
     if isinstance(s.get("errors"), dict) and s["errors"].get("error_rate") is not None:
         rows.append(["error rate (share of measured)", Key("errors.error_rate")])
     # keys of the sweep/compare feature (docs/sweep-and-compare.md), when the summary has them

@@ -63,12 +63,14 @@ REQUEST_SCHEMA = {
     "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,  # [image]; null = none
     # the [[mix]] class's name (null: no mix), the model the body named, the priority it sent (null: none)
     "class": pl.String, "model": pl.String, "priority": pl.Int64,
+    "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,  # null = not judged
 }
 # read_run fills them (null) in an older folder
 _ADDED = {"cached_tokens": pl.Int64, "first_answer_ns": pl.Int64, "reasoning_tokens": pl.Int64,
           "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,
           "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,
-          "class": pl.String, "model": pl.String, "priority": pl.Int64}
+          "class": pl.String, "model": pl.String, "priority": pl.Int64,
+          "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String}
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -133,6 +135,7 @@ class RunSummary(TypedDict):
     prefix_cache: Json                             # hit_rate, source, expected_hit_rate, mismatch, ...
     abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
     images: Json | None                            # analysis/summary.images: [image]'s requests, tokens charged
+    replies: Json | None                           # valid JSON / valid calls (analysis/replies.py); null: none asked
 
 
 class Explanation(TypedDict):

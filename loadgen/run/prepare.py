@@ -21,6 +21,7 @@ from loadgen.plan.bodies import Bodies
 from loadgen.plan.datasets import load_sharegpt
 from loadgen.plan.prompts import PromptMaker, verdict
 from loadgen.plan.schedule import Schedule
+from loadgen.plan.structured import body_fields
 from loadgen.plan.context import fit_context
 from loadgen.probe.discover import DISCOVER_TIMEOUT_S, check_model, context_limit, discover_model, served_models
 from loadgen.probe.server_tokenizer import resolve as resolve_tokenizer
@@ -40,7 +41,13 @@ class Target:
 
     def backend(self):
         c = self.config
-        return make_backend(c.backend, c.api, c.model, c.extra_body)
+        backend = make_backend(c.backend, c.api, c.model, c.extra_body)
+        fields = body_fields(c.structured, c.seed)
+        if fields:
+            if not isinstance(backend, OpenAIBackend):  # config/structured.py refuses such a workload
+                raise ValueError(f"the {c.backend} backend sends no tools or response_format")
+            backend.structure(fields)
+        return backend
 
 
 def default_out(config: RunConfig) -> Path:
@@ -106,6 +113,9 @@ def request_bodies(config: RunConfig, schedule: Schedule, backend, url: str | No
     ClientOptions.ssl_context), which /tokenize gets as every request to the target does."""
     tokenizer, warning = resolve_tokenizer(config.tokenizer, url, config.tokenizer_file, config.api,
                                            config.model, progress, headers, tls)
+    tools = body_fields(config.structured, config.seed).get("tools")
+    if tools and hasattr(tokenizer, "tools"):  # the server's count of a prompt its template adds them to
+        tokenizer.tools = tools
     maker = PromptMaker(tokenizer)
     convs = load_sharegpt(config.dataset) if config.dataset else None
     if config.image is not None and not (isinstance(backend, OpenAIBackend) and backend.api == "chat"):

@@ -22,6 +22,10 @@ fields; the usage says `completion_tokens_details.reasoning_tokens` = the reason
 carries its index, id, type and `function.name` with the first arguments text, each later one
 `{"index": 0, "function": {"arguments": text}}`; the last chunk's finish_reason is "tool_calls". Token
 text is "tok " in every field, so each field's tokens are the sim tokenizer's count of its text.
+
+A request that sends `tools` (chat) or `response_format` gets a structured reply instead (sim/structured.py):
+a tool call of a declared function with JSON arguments, or JSON content of the schema, a word per token;
+the truth says whether it is valid (--invalid-json-share draws some invalid).
 """
 from __future__ import annotations
 
@@ -66,6 +70,18 @@ def _common(body: Any) -> tuple[bool, bool, bool, str]:
     include_usage = bool(opts.get("include_usage", False))
     continuous = include_usage and bool(opts.get("continuous_usage_stats", False))
     return stream, include_usage, continuous, str(body.get("model") or "")
+
+
+def _structure(body: dict, chat: bool) -> dict:
+    # the fields server.py's structured.plan reads (tools only on chat); {} when none is sent
+    keys = ("tools", "tool_choice", "response_format") if chat else ("response_format",)
+    fields = {k: body[k] for k in keys if body.get(k) is not None}
+    return {"structure": fields} if fields else {}
+
+
+def _text(ctx: Context, start: int, end: int) -> str:
+    reply = ctx.parsed.extra.get("reply")
+    return reply.text(start, end) if reply is not None else tokenizer.OUTPUT_TOKEN_TEXT * (end - start)
 
 
 def _sse(obj: dict) -> bytes:
@@ -137,13 +153,14 @@ class Completions(_OpenAI):
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
         return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
-                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"},
+                      {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
+                       **_structure(body, chat=False)},
                       priority=_priority(body))
 
     def token_bytes(self, ctx, start, end) -> bytes:
         last = self._last(ctx, end)
         chunk = {**self._head(ctx, "text_completion"),
-                 "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * (end - start),
+                 "choices": [{"index": 0, "text": _text(ctx, start, end),
                               "logprobs": None, "finish_reason": "length" if last else None,
                               "stop_reason": None}]}
         return _sse(self._with_usage(ctx, chunk, end))
@@ -155,7 +172,7 @@ class Completions(_OpenAI):
 
     def full_response(self, ctx, sim, token_ns) -> dict:
         out = {**self._head(ctx, "text_completion"),
-               "choices": [{"index": 0, "text": tokenizer.OUTPUT_TOKEN_TEXT * len(token_ns),
+               "choices": [{"index": 0, "text": _text(ctx, 0, len(token_ns)),
                             "logprobs": None, "finish_reason": "length", "stop_reason": None}],
                "usage": self.usage(ctx, len(token_ns))}
         if sim.per_request_metrics and token_ns:
@@ -180,7 +197,8 @@ class ChatCompletions(_OpenAI):
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        "reasoning": getattr(sim, "reasoning_tokens", 0),
                        "reasoning_field": getattr(sim, "reasoning_field", "reasoning_content"),
-                       "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures)},
+                       "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures),
+                       **_structure(body, chat=True)},
                       priority=_priority(body))
 
     def _delta(self, ctx: Context, start: int, end: int) -> dict:
@@ -192,18 +210,26 @@ class ChatCompletions(_OpenAI):
             delta[extra["reasoning_field"]] = tokenizer.OUTPUT_TOKEN_TEXT * (min(end, r) - start)
         first = max(start, r)
         if first < end:
-            text = tokenizer.OUTPUT_TOKEN_TEXT * (end - first)
-            if not extra.get("tool_calls"):
+            reply = extra.get("reply")  # a structured reply (sim/structured.py), else the plain "tok " text
+            text = reply.text(first - r, end - r) if reply is not None else tokenizer.OUTPUT_TOKEN_TEXT * (end - first)
+            if not self._calls(ctx):
                 delta["content"] = text
             elif first == r:  # the call's first piece: who it calls
+                name = reply.name if reply is not None else "sim_tool"
                 delta["tool_calls"] = [{"index": 0, "id": f"call-{ctx.request_id}", "type": "function",
-                                        "function": {"name": "sim_tool", "arguments": text}}]
+                                        "function": {"name": name, "arguments": text}}]
             else:
                 delta["tool_calls"] = [{"index": 0, "function": {"arguments": text}}]
         return delta
 
+    @staticmethod
+    def _calls(ctx: Context) -> bool:
+        # the answer is a tool call: the request's tools (a structured reply), else --tool-calls
+        reply = ctx.parsed.extra.get("reply")
+        return reply.kind == "call" if reply is not None else bool(ctx.parsed.extra.get("tool_calls"))
+
     def _finish(self, ctx: Context) -> str:
-        return "tool_calls" if ctx.parsed.extra.get("tool_calls") else "length"
+        return "tool_calls" if self._calls(ctx) else "length"
 
     def first_bytes(self, ctx) -> bytes:
         chunk = {**self._head(ctx, "chat.completion.chunk"),

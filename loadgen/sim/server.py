@@ -18,6 +18,7 @@ from typing import Any, Callable
 import orjson
 from aiohttp import web
 
+from loadgen.sim import structured
 from loadgen.sim.clock import sleep_until_ns
 from loadgen.sim.faults import FaultPlan
 from loadgen.sim.generation import Generation
@@ -108,6 +109,7 @@ class Sim:
         self.reasoning_field = "reasoning_content"  # or "reasoning" (--reasoning-field)
         self.tool_calls = False      # chat: the answer streams as tool_calls pieces (--tool-calls)
         self.ignore_disconnect = False  # a request whose client went away generates on (--ignore-disconnect)
+        self.invalid_json_share = 0.0  # structured replies drawn invalid (--invalid-json-share, structured.py)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
@@ -147,6 +149,8 @@ class Sim:
                                  prompt_tokens=0))
             return web.json_response(surface.error_body(400, str(e) or "bad request"), status=400, headers=headers)
         ctx = Context(request_id, parsed, int(time.time()))
+        if "structure" in parsed.extra:  # tools / response_format: the reply and its validity (structured.py)
+            parsed.extra["reply"] = structured.plan(parsed.extra.pop("structure"), request_id, self.invalid_json_share)
         fault = self.faults.for_request(request_id)
         label = fault.label() if fault else ""
         row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
@@ -186,6 +190,7 @@ class Sim:
                             http_status=200, outcome=state["outcome"],
                             cached_tokens=gen.cached_tokens, reasoning=parsed.extra.get("reasoning", 0),
                             image_tokens=parsed.extra.get("image_tokens", 0),
+                            reply_valid=_reply_valid(parsed, token_ns, state["outcome"]),
                             **{**row_args, "fault": ";".join(x for x in (label, "stall" if gen.stalled else "") if x)})
 
         key = id(ctx)
@@ -276,6 +281,14 @@ class Sim:
         state["finish_ns"] = time.monotonic_ns()
         state["outcome"] = "reset"
         return web.Response()  # never sent: the transport is gone (aiohttp ignores the error)
+
+
+def _reply_valid(parsed: Parsed, token_ns: list[int], outcome: str) -> bool | None:
+    # the truth's reply_valid: None without a structured reply; the answer tokens are those after reasoning
+    reply = parsed.extra.get("reply")
+    if reply is None:
+        return None
+    return reply.valid(len(token_ns) - min(parsed.extra.get("reasoning", 0), len(token_ns)), outcome == "ok")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

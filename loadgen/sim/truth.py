@@ -12,6 +12,9 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   first_answer_ns send time of the first answer token (= token_ns[reasoning_tokens]); null when none was
                   sent (every token sent was reasoning)
   reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens, chat): min(R, sent)
+  reply_valid     a request that sent tools or response_format: its reply was valid (sim/structured.py: a
+                  declared call with JSON arguments of its schema, or JSON content of the schema, sent whole,
+                  not drawn invalid by --invalid-json-share, ended ok); null for any other request
   finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
                   failed; null if it never finished (sim stopped)
   token_ns        send time of every output token: the clock read just before the bytes are
@@ -63,6 +66,7 @@ COLUMNS = {  # name -> polars dtype name
     "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
     "output_tokens": "i64", "cached_tokens": "i64", "sim_process": "i64",
     "first_answer_ns": "i64", "reasoning_tokens": "i64", "image_tokens": "i64", "model": "str", "priority": "i64",
+    "reply_valid": "bool",
 }
 
 
@@ -70,7 +74,8 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
              first_token_ns: int | None, finish_ns: int | None, preemptions: int, stall_ns: int,
              token_ns: list[int], lateness_ns: list[int], speed: float, mode: str, endpoint: str,
              http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0,
-             reasoning: int = 0, image_tokens: int = 0, model: str = "", priority: int = 0) -> dict[str, Any]:
+             reasoning: int = 0, image_tokens: int = 0, model: str = "", priority: int = 0,
+             reply_valid: bool | None = None) -> dict[str, Any]:
     # reasoning: the request's first `reasoning` output tokens are reasoning (0: none)
     def diff(a: int | None, b: int | None) -> int | None:
         return None if a is None or b is None else a - b
@@ -93,6 +98,7 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
         "reasoning_tokens": min(reasoning, len(token_ns)),
         "image_tokens": image_tokens,   # of prompt_tokens, the images' (sim/images.py)
         "model": model, "priority": priority,
+        "reply_valid": reply_valid,
     }
 
 
@@ -193,7 +199,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> None:
     import polars as pl
 
-    types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64)}
+    types = {"str": pl.Utf8, "i64": pl.Int64, "f64": pl.Float64, "list_i64": pl.List(pl.Int64), "bool": pl.Boolean}
     schema = {k: types[v] for k, v in COLUMNS.items()}
     df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     buf = io.BytesIO()  # in memory first: a full disk is then an OSError, and no half file is left

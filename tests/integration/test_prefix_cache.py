@@ -79,6 +79,15 @@ def test_a_shared_prefix_hits_within_the_run_as_the_workload_implies(caching_sim
     summary = report_json(str(out))["prefix_cache"]
     assert summary["expected_hit_rate"] > 0.2 and summary["hit_rate"] > 0
     assert summary["mismatch"] is None, summary
+    # cached tokens per request: the rows' usage figures, summarised and printed
+    cached = pl.read_parquet(out / "requests.parquet").filter(pl.col("outcome") == "ok")["cached_tokens"]
+    per = summary["per_request"]
+    d = per["cached_tokens_per_request"]
+    assert per["rows_reporting"] == cached.is_not_null().sum() > 0
+    assert d["max"] == cached.max() and d["mean"] == pytest.approx(cached.drop_nulls().mean())
+    assert d["p50"] == sorted(cached.drop_nulls().to_list())[(cached.drop_nulls().len() + 1) // 2 - 1]
+    text = loadgen("report", str(out)).stdout
+    assert f"cached tokens per request ({per['rows_reporting']} rows report them)" in text, text
 
 
 def test_every_sweep_point_is_cold_and_shows_its_hit_rate(caching_sim, tmp_path):

@@ -14,6 +14,10 @@ usage.completion_tokens. A stream is ok when it ends with `data: [DONE]` or a ch
 kept).
 The usage's prompt_tokens_details.cached_tokens, when given, fills cached_tokens (after the stream, as
 every other field).
+A workload's tools / response_format (structure(), plan/structured.py) are sent in every body, and each ok
+reply is judged after its stream by backends/replies.py from the content text and the calls' pieces (by
+index) that the full parse keeps: reply_valid, tool_calls, reply_problem. Such streams take the full parse
+(the fast path below never reads every event's text); a workload without them pays nothing.
 Server timings fill server_*_ms from whatever the stream carries: vLLM's per-request `metrics` object
 (with --enable-per-request-metrics) or llama.cpp's `timings` object on its last chunk (prompt_ms,
 predicted_ms; llama-server sends it on every OpenAI-compatible stream).
@@ -39,6 +43,7 @@ import orjson
 
 from loadgen.client.backends.base import Messages, messages_payload, user
 from loadgen.client.backends.llamacpp import llamacpp_timings
+from loadgen.client.backends.replies import ReplyCheck
 from loadgen.client.backends.stream import Stream, as_float, sse_events
 from loadgen.client.recorder import OK, Row
 from loadgen.config.credentials import clipped
@@ -53,6 +58,14 @@ class OpenAIBackend:
         self.api, self.model, self.extra_body = api, model, extra_body
         self.path = PATHS[api]
         self.preamble_events = 1 if api == "chat" else 0  # chat's first event: delta.role, no content
+        self.fields: dict[str, Any] = {}      # tools / tool_choice / response_format (structure())
+        self.check: ReplyCheck | None = None
+
+    def structure(self, fields: dict[str, Any]) -> None:
+        """Send these body fields (plan/structured.body_fields) in every request and judge every ok reply
+        against them (backends/replies.py): such streams always take the full parse."""
+        self.fields = dict(fields)
+        self.check = ReplyCheck(fields) if fields else None
 
     def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
         return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
@@ -63,6 +76,7 @@ class OpenAIBackend:
         payload.update(max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
         if priority is not None:  # vLLM's `priority` (lower is served first under --scheduling-policy priority)
             payload["priority"] = priority
+        payload.update(self.fields)
         payload.update(self.extra_body)
         return orjson.dumps(payload)
 
@@ -74,7 +88,7 @@ class OpenAIBackend:
         return "".join(stream.texts)
 
     def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
-        if not self._interpret_fast(row, read_t_ns, reads):
+        if self.check is not None or not self._interpret_fast(row, read_t_ns, reads):
             self._interpret_full(row, read_t_ns, reads)
 
     def _interpret_fast(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> bool:
@@ -157,7 +171,7 @@ class OpenAIBackend:
         return True
 
     def _interpret_full(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
-        stream = Stream()
+        stream = Stream() if self.check is None else Stream().judged()
         state: dict[str, Any] = {"usage": None, "metrics": None, "timings": None, "ended": False}
         for t, data in sse_events(read_t_ns, reads, stream):
             self._event(data, t, stream, state)
@@ -166,6 +180,8 @@ class OpenAIBackend:
                     "[DONE] or a finish_reason", reasoning_tokens(usage))
         row.cached_tokens = cached_tokens(usage)
         _server_timings(row, state["metrics"], state["timings"])
+        if self.check is not None and row.outcome == OK:  # a cut-off reply is not judged
+            row.reply_valid, row.tool_calls, row.reply_problem = self.check.judge(*stream.reply())
 
     def _event(self, data: bytes, t: int, stream: Stream, state: dict[str, Any]) -> None:
         if data == b"[DONE]":
@@ -197,9 +213,13 @@ class OpenAIBackend:
                 if isinstance(delta, dict):
                     stream.reasoning(t, delta.get("reasoning_content") or delta.get("reasoning"))
                     text = delta.get("content")  # anything but a str carries no token (Stream.token)
+                    if stream.content is not None and isinstance(text, str):
+                        stream.content.append(text)
                     calls = delta.get("tool_calls")
                     if calls is not None:
                         text = _with_tool_calls(text, calls, stream)
+            elif stream.content is not None and isinstance(text, str):
+                stream.content.append(text)
             stream.token(t, text)
             finished = finished or bool(choice.get("finish_reason"))
         return finished
@@ -226,7 +246,7 @@ def _with_tool_calls(text: object, calls: object, stream: Stream) -> str | None:
         stream.malformed = stream.malformed or f"delta.tool_calls is not a list: {_shown(calls)}"
         return text if isinstance(text, str) else None
     parts = [text] if isinstance(text, str) else []
-    for call in calls:
+    for pos, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
         if fn is None and isinstance(call, dict):
             continue  # a piece with only its index or id: no text
@@ -234,10 +254,16 @@ def _with_tool_calls(text: object, calls: object, stream: Stream) -> str | None:
             stream.malformed = stream.malformed or f"delta.tool_calls piece is not an object with a function: " \
                                                    f"{_shown(call)}"
             continue
-        for field in ("name", "arguments"):
+        kept = None
+        if stream.calls is not None:  # a judged reply: each call's pieces, by its index
+            index = call.get("index", pos)
+            kept = stream.calls.setdefault(index if isinstance(index, int) else pos, ([], []))
+        for k, field in enumerate(("name", "arguments")):
             piece = fn.get(field)
             if isinstance(piece, str):
                 parts.append(piece)
+                if kept is not None:
+                    kept[k].append(piece)
             elif piece is not None:
                 stream.malformed = stream.malformed or (f"delta.tool_calls function.{field} is not a string: "
                                                         f"{_shown(piece)}")

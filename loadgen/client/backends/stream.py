@@ -32,7 +32,8 @@ from loadgen.config.credentials import clipped
 
 
 class Stream:
-    __slots__ = ("chunk_t", "lengths", "texts", "reasoning_at", "first_answer", "error", "malformed")
+    __slots__ = ("chunk_t", "lengths", "texts", "reasoning_at", "first_answer", "error", "malformed", "content",
+                 "calls")
 
     def __init__(self) -> None:
         self.chunk_t: list[int] = []
@@ -42,6 +43,20 @@ class Stream:
         self.first_answer: int | None = None  # stamp of the first answer chunk; None: no answer yet
         self.error: str | None = None
         self.malformed: str | None = None
+        # Kept only when the reply is judged (backends/replies.py; None otherwise): the content text
+        # pieces, and each tool call's name and arguments pieces by its index.
+        self.content: list[str] | None = None
+        self.calls: dict[int, tuple[list[str], list[str]]] | None = None
+
+    def judged(self) -> "Stream":
+        """This stream, keeping what a judge of the reply reads (content, calls)."""
+        self.content, self.calls = [], {}
+        return self
+
+    def reply(self) -> tuple[str, list[list[str]]]:
+        """The content text, and [name, arguments] of each call in index order (judged() streams)."""
+        calls = self.calls or {}
+        return "".join(self.content or ()), [["".join(calls[i][0]), "".join(calls[i][1])] for i in sorted(calls)]
 
     def decode(self, data: bytes) -> dict[str, Any] | None:
         """The event's JSON object; None for an error event or a malformed one (both recorded)."""
