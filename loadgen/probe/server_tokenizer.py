@@ -29,6 +29,7 @@ from typing import TextIO
 import orjson
 
 from loadgen.config.credentials import clipped
+from loadgen.config.options import takes_messages
 from loadgen.probe.probe_http import Probe, ProbeError
 from loadgen.errors import TokenizerError
 from loadgen.plan.prompts import ApproximateTokenizer, LocalTokenizer, Tokenizer
@@ -104,7 +105,7 @@ class ServerTokenizer(Tokenizer):
                                  + "; ".join(tried) + ")")
         self.shape = found
         self.detail += f" ({self.shape} shape)"
-        if api == "chat":
+        if takes_messages(api):
             self.prompt_exact = self._chat_countable()
             if not self.prompt_exact:
                 self.detail += "; chat template tokens NOT counted (the server cannot apply its template here)"
@@ -144,7 +145,7 @@ class ServerTokenizer(Tokenizer):
         return self._count(self._body(text, False), text)
 
     def count_prompt(self, text: str) -> int:
-        if self.api != "chat":
+        if not takes_messages(self.api):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:
             return self.count(text)
@@ -152,7 +153,7 @@ class ServerTokenizer(Tokenizer):
 
     def count_messages(self, messages: list[dict[str, str]]) -> int:
         text = "\n".join(m["content"] for m in messages)  # backends.base.joined: a completions prompt
-        if self.api != "chat":
+        if not takes_messages(self.api):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:
             return self.count(text)  # TGI: the template's tokens cannot be counted (the verdict says so)
