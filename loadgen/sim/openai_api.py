@@ -33,7 +33,7 @@ from loadgen.sim.server import DEFAULT_MAX_TOKENS, BadRequest, Context, Parsed, 
 
 
 
-def _max_tokens(body: dict, *keys: str) -> int:
+def max_tokens_field(body: dict, *keys: str) -> int:
     for key in keys:
         v = body.get(key)
         if v is not None:
@@ -123,7 +123,7 @@ class Completions(_OpenAI):
             ids = list(prompt)
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
-        return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
+        return Parsed(ids, max_tokens_field(body, "max_tokens"), stream, model or sim.model, include_usage,
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp"})
 
     def token_bytes(self, ctx, start, end) -> bytes:
@@ -160,7 +160,7 @@ class ChatCompletions(_OpenAI):
             text = tokenizer.chat_prompt_text(body.get("messages"), getattr(sim, "chat_template", "none"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return Parsed(tokenizer.words(text), _max_tokens(body, "max_completion_tokens", "max_tokens"),
+        return Parsed(tokenizer.words(text), max_tokens_field(body, "max_completion_tokens", "max_tokens"),
                       stream, model or sim.model, include_usage,
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        "reasoning": getattr(sim, "reasoning_tokens", 0),

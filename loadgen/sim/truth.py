@@ -11,7 +11,7 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   first_token_ns  send time of the first token (= token_ns[0]), reasoning or not
   first_answer_ns send time of the first answer token (= token_ns[reasoning_tokens]); null when none was
                   sent (every token sent was reasoning)
-  reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens, chat): min(R, sent)
+  reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens; chat, responses, messages): min(R, sent)
   finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
                   failed; null if it never finished (sim stopped)
   token_ns        send time of every output token: the clock read just before the bytes are
