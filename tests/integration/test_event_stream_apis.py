@@ -153,3 +153,12 @@ def test_the_sims_events_have_vllms_shape(api):
     assert event_types(body) == event_types(t.body)
     assert answer["usage"]["output_tokens"] == 8   # both APIs name the count so
     assert answer["type" if api == "messages" else "object"] == ("message" if api == "messages" else "response")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_of_reasoning_only_has_no_answer(tmp_path, api):
+    # more reasoning tokens than the output: every token is reasoning, the stream still ends as it should
+    out, r, rows = run(tmp_path, api, f"--reasoning-tokens {OUT + 4}", requests=4)
+    assert (rows["outcome"] == "ok").all() and (rows["reasoning_tokens"] == OUT).all()
+    assert rows["first_answer_ns"].null_count() == 4 and rows["truth_first_answer_ns"].null_count() == 4
+    assert (rows["first_token_ns"].is_not_null()).all() and (rows["output_tokens"] == OUT).all()
