@@ -13,7 +13,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 class Transcript:
     def __init__(self, server: str, name: str):
-        doc = orjson.loads((DATA / server / f"{name}.json").read_bytes())
+        self.doc = doc = orjson.loads((DATA / server / f"{name}.json").read_bytes())
         self.request = doc["request"].encode("latin-1")
         self.reads = [r.encode("latin-1") for r in doc["reads"]]
         parsed = parse_response(self.reads, closed=True)

@@ -24,7 +24,9 @@ RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
 RUNS = (RUN, SWEEP)                  # run options a sweep passes to every point
 TARGETED = (RUN, SWEEP, "fit")       # how to talk to the target: every command that asks it
-APIS = ("completions", "chat")
+APIS = ("completions", "chat", "responses", "messages")
+# The event-stream APIs (OpenAI's /v1/responses, Anthropic's /v1/messages): OpenAI-compatible servers only
+EVENT_APIS = ("responses", "messages")
 BACKENDS = ("openai", "ollama", "llamacpp")   # loadgen/client/backends/
 TOKENIZERS = ("auto", "server", "approximate", "local")
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
@@ -72,6 +74,12 @@ class Option:
         return None if self.default is None else str(self.default)
 
 
+def takes_messages(api: str) -> bool:
+    """The API sends a message list that the server renders through its chat template (every API but
+    completions): prompts are counted as chat messages (plan/prompts.py, probe/server_tokenizer.py)."""
+    return api != "completions"
+
+
 def _o(flag, help, **kw) -> Option:
     return Option(flag, help, **kw)
 
@@ -79,7 +87,8 @@ def _o(flag, help, **kw) -> Option:
 OPTIONS = (
     _o("--model", "model name sent in every request (asked of the target's /v1/models when absent)",
        key="model", field="model", metavar="NAME"),
-    _o("--api", "completions | chat", key="api", field="api", kind=kinds.choice(APIS), default="completions",
+    _o("--api", "completions | chat | responses (OpenAI /v1/responses) | messages (Anthropic /v1/messages)",
+       key="api", field="api", kind=kinds.choice(APIS), default="completions",
        metavar="API"),
     _o("--backend", "server API family: openai | ollama | llamacpp", key="backend", field="backend",
        kind=kinds.choice(BACKENDS), default="openai", metavar="NAME"),

@@ -238,7 +238,10 @@ def _mix_across(r: Reader, config: RunConfig) -> None:
     """A class's model and priority need a server API that carries them, and lengths drawn from the mix;
     a per-class SLO names a class of the mix."""
     for i, c in enumerate(config.mix):
-        if c.priority is not None and config.backend != "openai":
+        if c.priority is not None and config.api in ("responses", "messages"):
+            r.bad(f"mix[{i}].priority", f"api = \"{config.api}\" sends no priority field (only completions and chat "
+                  f"do, as vLLM's `priority`)")
+        elif c.priority is not None and config.backend != "openai":
             r.bad(f"mix[{i}].priority", f"the {config.backend} backend's API has no priority field (only the "
                   f"openai backend sends one, as vLLM's `priority`): remove it or use backend = \"openai\"")
         if c.model is not None and config.backend == "llamacpp":

@@ -14,7 +14,7 @@ from typing import Any
 from loadgen.config import lengths as lengths_mod
 from loadgen.config.kinds import INT64_MAX, is_decimal, is_file
 from loadgen.config.lengths import Lengths
-from loadgen.config.options import BY_KEY, OPTIONS
+from loadgen.config.options import BY_KEY, EVENT_APIS, OPTIONS
 from loadgen.config.runconfig import INFINITE_RATES, PROCESSES, Arrivals
 from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 
@@ -35,7 +35,8 @@ KEYS = {
     "output": {"tokens"},
     "request": {"api_key_env", "extra_body", "tools", "tool_choice", "response_format"},
 }
-RESERVED_BODY = {"model", "prompt", "messages", "stream", "max_tokens"}   # set by loadgen itself
+RESERVED_BODY = {"model", "prompt", "messages", "stream", "max_tokens",   # set by loadgen itself
+                 "input", "max_output_tokens", "system"}             # (responses, messages)
 STRUCTURED_BODY = ("tools", "tool_choice", "response_format")   # [request] keys of their own (structured.py)
 
 
@@ -165,8 +166,12 @@ def top(r: Reader) -> dict[str, Any]:
     model = r.get("model")  # absent: `loadgen run` asks the target's /v1/models (probe/discover.py)
     if model is not None and (not isinstance(model, str) or not model):
         r.bad("model", f"must be a non-empty string, got {model!r}")
+    api, backend = r.option("api"), r.option("backend")
+    if api in EVENT_APIS and backend != "openai":
+        r.bad("api", f"{api!r} is served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama's "
+                     f"/v1): it needs backend = \"openai\", not {backend!r}")
     return {"name": r.get("name") or Path(r.source).stem, "model": model if isinstance(model, str) else "",
-            "api": r.option("api"), "backend": r.option("backend"), "seed": r.option("seed")}
+            "api": api, "backend": backend, "seed": r.option("seed")}
 
 
 def arrivals(r: Reader, concurrency: int) -> Arrivals:

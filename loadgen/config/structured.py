@@ -189,5 +189,8 @@ def across(r: Reader, config: Any) -> None:
         for k in asked:
             r.bad(f"request.{k}", f"only the openai backend sends {k} (the {config.backend} backend's API is "
                   f"not OpenAI's): use backend = \"openai\" (the server's /v1 endpoints)")
+    elif config.api in ("responses", "messages"):
+        for k in asked:
+            r.bad(f"request.{k}", f"api = \"{config.api}\" sends no {k} here (completions and chat do)")
     elif s.has_tools and config.api != "chat":
         r.bad("request.tools", "tools are sent to the chat API only (/v1/chat/completions): set api = \"chat\"")

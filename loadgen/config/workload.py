@@ -4,7 +4,7 @@ A workload file (see workloads/quickstart.toml):
 
     name = "quickstart"            # optional, defaults to the file's stem
     model = "NAME"                 # optional: the one the target serves (/v1/models) when absent
-    api = "chat"                   # completions | chat
+    api = "chat"                   # completions | chat | responses | messages
     backend = "openai"             # openai | ollama | llamacpp (the server's API family)
     seed = 42
 

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.errors import TokenizerError  # noqa: F401  (raised here; importable from here too)
+from loadgen.config.options import takes_messages
 
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "te", "vo", "zu", "pe", "di", "go", "ha", "ji", "fu", "be"]
 _SPACE = 16 ** 5
@@ -111,7 +112,7 @@ class LocalTokenizer(Tokenizer):
                                  f"package can read: {e}") from None
         self.detail = str(p)
         self._template = None
-        if api == "chat":
+        if takes_messages(api):
             self._template, note = local_chat_template(p)
             self.prompt_exact = self._template is not None
             self.detail += f"; {note}"

@@ -28,7 +28,10 @@ from typing import TextIO
 
 import orjson
 
+from loadgen.client.backends import make_backend
+from loadgen.client.recorder import Row
 from loadgen.config.credentials import clipped
+from loadgen.config.options import EVENT_APIS, takes_messages
 from loadgen.probe.probe_http import Probe, ProbeError
 from loadgen.errors import TokenizerError
 from loadgen.plan.prompts import ApproximateTokenizer, LocalTokenizer, Tokenizer
@@ -82,6 +85,8 @@ class ServerTokenizer(Tokenizer):
         self.tools: list | None = None
         self.detail = f"{self._probe.base}/tokenize"
         self.shape = ""  # the request shape being tried; the one the server answered once __init__ returns
+        # tokens the API's endpoint counts beyond the chat template (event-stream APIs: _endpoint_offset)
+        self.endpoint_offset = 0
         self.prompt_exact = True
         if progress is not None:
             progress.write(f"probing {self.detail} for the server's tokenizer (vLLM/SGLang, llama.cpp, TGI "
@@ -107,10 +112,36 @@ class ServerTokenizer(Tokenizer):
                                  + "; ".join(tried) + ")")
         self.shape = found
         self.detail += f" ({self.shape} shape)"
-        if api == "chat":
+        if takes_messages(api):
             self.prompt_exact = self._chat_countable()
             if not self.prompt_exact:
                 self.detail += "; chat template tokens NOT counted (the server cannot apply its template here)"
+        if api in EVENT_APIS and self.prompt_exact:
+            self.endpoint_offset = self._endpoint_offset()
+
+    def _endpoint_offset(self) -> int:
+        """What the event-stream API's endpoint counts beyond the chat template's count of the same
+        messages, asked once with a 1-token request (its usage's input count): vLLM 0.32's /v1/responses
+        adds BOS to a template that already has one (+1). 0, with a note in `detail`, when it cannot say."""
+        messages = [{"role": "user", "content": _PROBE_TEXTS[0]}]
+        backend = make_backend("openai", self.api, self.model, {})
+        try:
+            status, _, data = self._probe.request("POST", backend.path, backend.body_messages(messages, 1))
+            counted = self.count_messages(messages)
+        except (ProbeError, TokenizerError) as e:
+            self.detail += f"; {backend.path} not probed for its prompt count ({e})"
+            return 0
+        row = Row(0, "tokenizer-probe", 0, counted, 1)
+        if status == 200:
+            backend.interpret(row, [0], [data])
+        if row.prompt_tokens is None:
+            self.detail += (f"; {backend.path} not probed for its prompt count (HTTP {status}: "
+                            f"{clipped(data, 120)!r})")
+            return 0
+        offset = row.prompt_tokens - counted
+        if offset:
+            self.detail += f"; {backend.path} counts {offset:+d} token(s) beside the chat template (probed)"
+        return offset
 
     def _chat_countable(self) -> bool:
         if self.shape == "tgi":
@@ -147,7 +178,7 @@ class ServerTokenizer(Tokenizer):
         return self._count(self._body(text, False), text)
 
     def count_prompt(self, text: str) -> int:
-        if self.api != "chat":
+        if not takes_messages(self.api):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:
             return self.count(text)
@@ -155,10 +186,13 @@ class ServerTokenizer(Tokenizer):
 
     def count_messages(self, messages: list[dict[str, str]]) -> int:
         text = "\n".join(m["content"] for m in messages)  # backends.base.joined: a completions prompt
-        if self.api != "chat":
+        if not takes_messages(self.api):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:
             return self.count(text)  # TGI: the template's tokens cannot be counted (the verdict says so)
+        return self._count_template(messages, text) + self.endpoint_offset
+
+    def _count_template(self, messages: list[dict[str, str]], text: str) -> int:
         slack = TEMPLATE_SLACK + TEMPLATE_SLACK_PER_MESSAGE * len(messages)
         if self.shape == "vllm":
             body = {**({"model": self.model} if self.model else {}), "messages": messages,
@@ -175,7 +209,8 @@ class ServerTokenizer(Tokenizer):
         return self._count({"content": templated, "add_special": True, "parse_special": True}, templated, slack)
 
     def describe(self) -> dict:
-        return {**super().describe(), "shape": self.shape, "prompt_exact": self.prompt_exact}
+        return {**super().describe(), "shape": self.shape, "prompt_exact": self.prompt_exact,
+                "endpoint_offset": self.endpoint_offset}
 
 def resolve(mode: str, url: str | None, tokenizer_file: str | None, api: str = "completions", model: str = "",
             progress=None, headers: dict[str, str] | None = None,

@@ -11,6 +11,7 @@ from aiohttp import web
 from loadgen.errors import ExitCode
 from loadgen.sim.truth import FLUSH_EVERY_S
 from loadgen.sim.clock import stop_ticker
+from loadgen.sim.event_apis import Messages, Responses
 from loadgen.sim.openai_api import ChatCompletions, Completions
 from loadgen.sim.server import Sim, json_response
 from loadgen.sim.tokenize_api import routes as tokenize_routes
@@ -18,13 +19,19 @@ from loadgen.sim.tokenize_api import routes as tokenize_routes
 
 def build_app(sim: Sim, extra_routes=()) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
-    completions, chat = Completions(), ChatCompletions()
+    completions, chat, responses, messages = Completions(), ChatCompletions(), Responses(), Messages()
 
     async def h_completions(request):
         return await sim.serve(request, completions)
 
     async def h_chat(request):
         return await sim.serve(request, chat)
+
+    async def h_responses(request):
+        return await sim.serve(request, responses)
+
+    async def h_messages(request):
+        return await sim.serve(request, messages)
 
     async def h_health(request):
         return web.Response(text="")
@@ -53,6 +60,8 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
 
     app.router.add_post("/v1/completions", h_completions)
     app.router.add_post("/v1/chat/completions", h_chat)
+    app.router.add_post("/v1/responses", h_responses)
+    app.router.add_post("/v1/messages", h_messages)
     app.router.add_get("/health", h_health)
     app.router.add_get("/v1/models", h_models)
     app.router.add_get("/metrics", h_metrics)

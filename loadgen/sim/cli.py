@@ -133,8 +133,10 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
                         "(a role marker and an end marker per message and a generation prompt, 2 tokens a "
                         "message + 2, as a real template adds; sim/tokenizer.py; default none)")
     p.add_argument("--reasoning-tokens", type=c("--reasoning-tokens", int), default=0, metavar="R",
-                   help="chat: the first R output tokens of every request stream as reasoning deltas, the rest "
-                        "as the answer; usage.completion_tokens_details.reasoning_tokens counts them (default 0)")
+                   help="chat, /v1/responses, /v1/messages: the first R output tokens of every request stream as "
+                        "reasoning (chat: reasoning deltas; responses: response.reasoning_text.delta; messages: "
+                        "a thinking block), the rest as the answer; the usage counts them where the API has a "
+                        "field for it (default 0)")
     p.add_argument("--reasoning-field", choices=["reasoning_content", "reasoning"], default="reasoning_content",
                    help="the delta field reasoning streams in: reasoning_content, or reasoning as vLLM >= 0.19.1 "
                         "names it (default reasoning_content)")

@@ -39,7 +39,7 @@ from loadgen.sim.server import DEFAULT_MAX_TOKENS, BadRequest, Context, Parsed, 
 
 
 
-def _max_tokens(body: dict, *keys: str) -> int:
+def max_tokens_field(body: dict, *keys: str) -> int:
     for key in keys:
         v = body.get(key)
         if v is not None:
@@ -152,7 +152,7 @@ class Completions(_OpenAI):
             ids = list(prompt)
         else:
             raise BadRequest("'prompt' must be a string or a list of token ids (one prompt per request)")
-        return Parsed(ids, _max_tokens(body, "max_tokens"), stream, model or sim.model, include_usage,
+        return Parsed(ids, max_tokens_field(body, "max_tokens"), stream, model or sim.model, include_usage,
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        **_structure(body, chat=False)},
                       priority=_priority(body))
@@ -192,7 +192,7 @@ class ChatCompletions(_OpenAI):
             pictures = images.image_tokens(body.get("messages"))
         except ValueError as e:
             raise BadRequest(str(e)) from None
-        return Parsed(tokenizer.words(text) + pictures, _max_tokens(body, "max_completion_tokens", "max_tokens"),
+        return Parsed(tokenizer.words(text) + pictures, max_tokens_field(body, "max_completion_tokens", "max_tokens"),
                       stream, model or sim.model, include_usage,
                       {"continuous_usage": continuous, "llamacpp": getattr(sim, "emulate", "") == "llamacpp",
                        "reasoning": getattr(sim, "reasoning_tokens", 0),

@@ -59,6 +59,9 @@ class Surface:
     def parse(self, body: Any, sim: "Sim") -> Parsed:
         raise NotImplementedError
 
+    def opening_bytes(self, ctx: Context) -> bytes:  # sent as the response starts, before any token
+        return b""
+
     def first_bytes(self, ctx: Context) -> bytes:  # sent with the first token
         return b""
 
@@ -219,6 +222,9 @@ class Sim:
         resp = web.StreamResponse(headers={**headers, "Content-Type": surface.content_type,
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        opening = surface.opening_bytes(ctx)
+        if opening:
+            await resp.write(opening)
         reset_at = fault.after_tokens if fault and fault.kind == "reset_after" else None
         malformed_at = n_max // 2 if fault and fault.kind == "malformed" else None
         i = 0

@@ -11,7 +11,7 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   first_token_ns  send time of the first token (= token_ns[0]), reasoning or not
   first_answer_ns send time of the first answer token (= token_ns[reasoning_tokens]); null when none was
                   sent (every token sent was reasoning)
-  reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens, chat): min(R, sent)
+  reasoning_tokens  of the tokens sent, the reasoning ones (--reasoning-tokens; chat, responses, messages): min(R, sent)
   reply_valid     a request that sent tools or response_format: its reply was valid (sim/structured.py: a
                   declared call with JSON arguments of its schema, or JSON content of the schema, sent whole,
                   not drawn invalid by --invalid-json-share, ended ok); null for any other request

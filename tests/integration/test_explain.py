@@ -18,6 +18,8 @@ MIXED = '{ dist = "uniform", min = 64, max = 512 }'
 @pytest.mark.parametrize("backend, api, flags, run_flags", [
     # vLLM's per-request metrics object
     ("openai", "completions", "--per-request-metrics", ("--no-calibrate",)),
+    # the same object on /v1/responses' response.completed (vLLM's ResponsesResponse.metrics)
+    ("openai", "responses", "--per-request-metrics", ("--no-calibrate",)),
     # durations in the done: true object
     ("ollama", "chat", "", ("--no-calibrate",)),
     # timings.prompt_ms / predicted_ms; llama.cpp reports no queue time (checked below)

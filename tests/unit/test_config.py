@@ -58,7 +58,8 @@ def test_good_file_loads(tmp_path):
     # an infinite duration was an OverflowError traceback
     (("requests = 10", 'duration = "1e400s"'), "w.toml: run.duration: bad duration '1e400s': at most 146 years"),
     # unknown API
-    (('api = "chat"', 'api = "grpc"'), "w.toml: api: must be one of completions, chat, got 'grpc'"),
+    (('api = "chat"', 'api = "grpc"'),
+     "w.toml: api: must be one of completions, chat, responses, messages, got 'grpc'"),
     # exactly one of requests and duration
     (("requests = 10", 'requests = 10\nduration = "5s"'), "w.toml: run: give exactly one of requests or duration"),
     (("requests = 10", 'duration = "5"'), "w.toml: run.duration: duration '5' needs a unit"),
@@ -70,6 +71,11 @@ def test_good_file_loads(tmp_path):
     # the body fields loadgen owns cannot be overridden
     (("ignore_eos = true", "stream = false"), "w.toml: request.extra_body.stream: is set by loadgen"),
     (('model = "m"', "model = 3"), "w.toml: model: must be a non-empty string, got 3"),
+    (("ignore_eos = true", "max_output_tokens = 3"), "w.toml: request.extra_body.max_output_tokens: is set by"),
+    # the event-stream APIs are OpenAI-compatible servers' endpoints: no native backend speaks them
+    (('api = "chat"', 'api = "messages"\nbackend = "llamacpp"'),
+     "w.toml: api: 'messages' is served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama's /v1): "
+     "it needs backend = \"openai\", not 'llamacpp'"),
 ])
 def test_broken_files_name_the_key(tmp_path, edit, expected):
     old, new = edit

@@ -165,7 +165,7 @@ class OpenAIBackend:
         row.n_chunks = row.output_tokens = content
         row.first_token_ns, row.last_token_ns = t[0], t[-1]
         row.first_answer_ns = t[0]
-        _server_timings(row, tail.get("metrics"), tail.get("timings"))
+        server_timings(row, tail.get("metrics"), tail.get("timings"))
         if row.outcome is None:
             row.outcome = OK
         return True
@@ -179,7 +179,7 @@ class OpenAIBackend:
         stream.fill(row, usage.get("completion_tokens"), usage.get("prompt_tokens"), state["ended"],
                     "[DONE] or a finish_reason", reasoning_tokens(usage))
         row.cached_tokens = cached_tokens(usage)
-        _server_timings(row, state["metrics"], state["timings"])
+        server_timings(row, state["metrics"], state["timings"])
         if self.check is not None and row.outcome == OK:  # a cut-off reply is not judged
             row.reply_valid, row.tool_calls, row.reply_problem = self.check.judge(*stream.reply())
 
@@ -277,23 +277,24 @@ def _shown(value: object) -> str:
 def reasoning_tokens(usage: dict[str, Any]) -> int | None:
     """usage.completion_tokens_details.reasoning_tokens (OpenAI, vLLM, SGLang when they count them); None
     when the usage does not say."""
-    return _usage_count(usage, "completion_tokens_details", "reasoning_tokens")
+    return usage_count(usage, "completion_tokens_details", "reasoning_tokens")
 
 
 def cached_tokens(usage: dict[str, Any]) -> int | None:
     """usage.prompt_tokens_details.cached_tokens: prompt tokens served from the server's prefix cache (vLLM
     with --enable-prompt-tokens-details, SGLang, OpenAI); None when the usage does not say."""
-    return _usage_count(usage, "prompt_tokens_details", "cached_tokens")
+    return usage_count(usage, "prompt_tokens_details", "cached_tokens")
 
 
-def _usage_count(usage: dict[str, Any], details_key: str, key: str) -> int | None:
-    """usage[details_key][key] when it is a count (an int >= 0, not a bool); None otherwise."""
+def usage_count(usage: dict[str, Any], details_key: str, key: str) -> int | None:
+    """usage[details_key][key] when it is a count (an int >= 0, not a bool); None otherwise (also used by
+    the Responses backend, whose usage names its details differently)."""
     details = usage.get(details_key)
     n = details.get(key) if isinstance(details, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
-def _server_timings(row: Row, metrics: object, timings: object = None) -> None:
+def server_timings(row: Row, metrics: object, timings: object = None) -> None:
     # llama.cpp's timings (the same object as on its native /completion: see backends/llamacpp.py).
     if isinstance(timings, dict):
         llamacpp_timings(row, timings)
