@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
+from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, serving, workload_config
 from loadgen.config.options import add_options
 
 
@@ -20,12 +20,15 @@ def command(args: argparse.Namespace) -> int:
     from loadgen.run.launch import run_workload  # lazy: the launcher pulls in the client (a fast start)
 
     cfg, client = workload_config(args)
-    if cfg.repeat > 1:  # --repeat N: a repeats folder of N runs (loadgen/run/repeat.py)
-        from loadgen.run.repeat import run_repeated
+    progress = None if args.quiet else sys.stderr
+    with serving(cfg, progress) as exporter:  # --metrics-port: each run's live figures (run/exporter.py)
+        run_one = exporter.run_workload if exporter is not None else run_workload
+        if cfg.repeat > 1:  # --repeat N: a repeats folder of N runs (loadgen/run/repeat.py)
+            from loadgen.run.repeat import run_repeated
 
-        outcome = run_repeated(cfg, progress=None if args.quiet else sys.stderr, client=client)
-    else:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
+            outcome = run_repeated(cfg, progress=progress, client=client, run_one=run_one)
+        else:
+            outcome = run_one(cfg, progress=progress, client=client)
     if args.quiet:  # without progress lines, why a run failed must still be said
         for reason in outcome.invalid_reasons:
             print(f"INVALID RUN: {reason}", file=sys.stderr)
