@@ -149,3 +149,19 @@ def test_prometheus_holds_the_runs_own_figures(tmp_path, prometheus):
             assert result == [], (title, expr)   # no failure: no series of one
         else:
             assert result, f"{title}: no data for {expr}"
+
+
+def test_a_sweep_exposes_each_point_with_its_rate(tmp_path, prometheus):
+    base, port, sim_url = prometheus
+    out = tmp_path / "sweep"
+    p = loadgen("sweep", workload(tmp_path, requests=30, max_tokens=4), "--rates", "10,20/s", "--url", sim_url,
+                "--no-calibrate", "--metrics-port", str(port), "--out", str(out), timeout=240)
+    assert p.returncode == 0, p.stderr
+    for rate in ("10", "20"):
+        folder = out / f"rate-{rate}"
+        run_id = orjson.loads((folder / "manifest.json").read_bytes())["run_id"]
+        rows = pl.read_parquet(folder / "requests.parquet").height
+        sel = f'{{rate="{rate}",run_id="{run_id}"}}'
+        assert value(base, f"last_over_time(loadgen_run_ended{sel}[10m])") == 1, p.stderr
+        assert value(base, f"last_over_time(loadgen_requests_sent_total{sel}[10m])") == rows
+        assert value(base, f'last_over_time(loadgen_requests_finished_total{sel[:-1]},outcome="ok"}}[10m])') == rows
