@@ -4,7 +4,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: install run test e2e record-llamacpp bench bench-vllm lint clean chromium report-demo
+.PHONY: install run test e2e record-llamacpp bench bench-vllm lint clean chromium prometheus report-demo
 
 install: $(STAMP)
 
@@ -27,10 +27,20 @@ chromium:
 	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
 	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
 
+# The --metrics-port test (tests/integration/test_prometheus.py) runs Debian's prometheus (apt, as chromium);
+# the test starts it itself on loopback with its storage in a temp dir: the package's service is not used.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  echo "prometheus is missing: installing Debian's prometheus package for the --metrics-port test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get install -y -q prometheus >/dev/null || { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q prometheus >/dev/null; }; \
+	  command -v prometheus >/dev/null 2>&1 || { echo "could not install prometheus" >&2; exit 1; }; }
+
 # Lint first (ruff, the import contracts, the type checker), then the suite. pytest exits 5 when it collects
 # nothing: make treats any non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
 # LOADGEN_SKIP_E2E=1 skips them.
-test: install chromium lint
+test: install chromium prometheus lint
 	$(BIN)/python -m pytest
 	@if [ "$${LOADGEN_SKIP_E2E:-0}" = 1 ]; then echo "make test: e2e tests SKIPPED (LOADGEN_SKIP_E2E=1)"; \
 	else $(MAKE) --no-print-directory e2e; fi

@@ -4,7 +4,9 @@ write_out: report, export, schedule, compare). Light imports only: `loadgen --he
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from loadgen.config.options import values
 from loadgen.errors import ConfigError, exit_table
@@ -38,6 +40,24 @@ def workload_config(args: argparse.Namespace):
     from loadgen.plan.checked import load_checked  # lazy: the config and plan modules (a fast start)
 
     return load_checked(args.workload, values(args))
+
+
+@contextmanager
+def serving(cfg, progress: TextIO | None):
+    """--metrics-port: the command's Exporter (run/exporter.py) while its runs go, None without the flag.
+    A command that ends normally lets it linger for a last scrape; an interrupted one stops it at once."""
+    if cfg.metrics_port is None:
+        yield None
+        return
+    from loadgen.run.exporter import Exporter  # lazy: the launcher (a fast start)
+
+    exporter = Exporter(cfg.metrics_host, cfg.metrics_port, progress)
+    ended = False
+    try:
+        yield exporter
+        ended = True
+    finally:
+        exporter.close(linger=ended)
 
 
 def slo(args: argparse.Namespace) -> dict[str, float] | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
+from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, serving, workload_config
 from loadgen.config.options import add_options
 
 
@@ -21,7 +21,10 @@ def command(args: argparse.Namespace) -> int:
     from loadgen.run.repeat import run_config
 
     cfg, client = workload_config(args)
-    outcome = run_config(cfg, progress=None if args.quiet else sys.stderr, client=client)
+    progress = None if args.quiet else sys.stderr
+    with serving(cfg, progress) as exporter:  # --metrics-port: each run's live figures (run/exporter.py)
+        outcome = run_config(cfg, progress=progress, client=client,
+                             run_one=exporter.run_workload if exporter is not None else None)
     if args.quiet:  # without progress lines, why a run failed must still be said
         for reason in outcome.invalid_reasons:
             print(f"INVALID RUN: {reason}", file=sys.stderr)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
-from loadgen.cli.common import RAW, slo, workload_config
+from loadgen.cli.common import RAW, serving, slo, workload_config
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
 from loadgen.run.sweep_args import SPEC_OPTIONS
@@ -46,8 +47,11 @@ def command(args: argparse.Namespace) -> int:
         spec = spec_from_args(args, slo(args))
         cfg, client = workload_config(args)  # client: --header, --insecure, --ca-bundle for every point
         out = Path(args.out) if args.out else default_sweep_out(cfg)
-        outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=None if args.quiet else sys.stderr,
-                            client=client)
+        progress = None if args.quiet else sys.stderr
+        with serving(cfg, progress) as exporter:  # --metrics-port: each point's live figures, labelled `rate`
+            run_one = partial(exporter.run_workload, point=True) if exporter is not None else None
+            outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=progress, client=client,
+                                run_one=run_one)
     except (ArgError, SweepError, SimStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE

@@ -180,6 +180,11 @@ OPTIONS = (
        commands=RUNS),
     _o("--scrape-metrics", "sample the server's /metrics during the run", field="scrape_metrics", kind=FLAG,
        switch=True, commands=RUNS),
+    _o("--metrics-port", "serve the run's live figures for Prometheus at http://HOST:PORT/metrics (0: a free port, "
+       "said on progress and recorded in the manifest); see docs/live-metrics.md", field="metrics_port",
+       kind=kinds.integer(0, 65535), metavar="PORT", commands=RUNS),
+    _o("--metrics-host", "the address --metrics-port listens on", field="metrics_host", kind=TEXT,
+       default="127.0.0.1", metavar="HOST", commands=RUNS),
     _o("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
        "see docs/scale-out.md", field="workers", kind=WORKERS, default=1, metavar="N|auto", commands=(RUN,)),
     _o("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "

@@ -140,6 +140,8 @@ class RunConfig:
     calibrate: bool = default("calibrate")    # probe the idle server before the run (probe/calibrate.py)
     scrape_metrics: bool = default("scrape_metrics")   # sample the target's /metrics (probe/scrape.py)
     scrape_interval_ns: int = default("scrape_interval_ns")
+    metrics_port: int | None = default("metrics_port")   # serve live figures for Prometheus (run/exporter.py)
+    metrics_host: str = default("metrics_host")
     workers: int = default("workers")   # generator processes (run/workers.py); 0 = auto, picked by rate
     repeat: int = default("repeat")     # run the workload this many times (run/repeat.py); 1 = once
     ray: str | None = None          # Ray cluster address or "auto" (run/ray_workers.py); None = local processes

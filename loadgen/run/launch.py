@@ -83,6 +83,8 @@ def run_workload(config: RunConfig, progress: TextIO | None = sys.stderr,
         target = resolve_target(config, url, headers, client, sim is not None, progress)
         schedule = fit_plan(schedule, target.config, progress)  # before anything is sent (plan/context.py)
         run_id = secrets.token_hex(4)
+        if feed is not None:  # the target's URL without credentials (target_url_and_headers)
+            feed.describe(run_id=run_id, workload=config.name, target=target.url, model=target.config.model)
         if config.ray is not None:
             return ray_workers.run_ray(target, schedule, n, writer, run_id, progress)
         if n > 1:

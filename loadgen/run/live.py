@@ -10,7 +10,8 @@ Contract:
 - its figures cover the measured rows (warm-up rows are left out, as in the summary), but the counts of
   finished rows (`outcomes`) count every row, warm-up included, as the progress line does;
 - `Feed` holds the latest Snapshot; a watcher reads it from its own thread (`Feed.wait`). A Snapshot is
-  immutable once published.
+  immutable once published. `Feed.about` says which run it is (run_id, workload, target, model: the
+  launcher sets it before the run's first Snapshot; {} until then and for runs that publish nothing).
 - units: `_s` seconds, `_ms` milliseconds; histogram buckets are Prometheus-style cumulative counts with
   upper bounds in seconds (BUCKETS_S, the one owner of the bucket bounds).
 """
@@ -92,6 +93,11 @@ class Feed:
         self._cond = threading.Condition()
         self.latest: Snapshot | None = None
         self.closed = False
+        self.about: dict[str, str] = {}   # the run's identity (run_id, workload, target, model); replaced whole
+
+    def describe(self, **about: str) -> None:
+        """Which run this feed is (set by the launcher once the target and the run id are known)."""
+        self.about = dict(about)
 
     def publish(self, snap: Snapshot) -> None:
         with self._cond:

@@ -101,11 +101,13 @@ def run_repeated(config: RunConfig, progress: TextIO | None = sys.stderr, client
 
 
 def run_config(config: RunConfig, progress: TextIO | None = sys.stderr,
-               client: ClientOptions | None = None) -> RunOutcome:
-    """`loadgen run` (the CLI and loadgen.run alike): config.repeat > 1 runs into a repeats folder, else one run."""
+               client: ClientOptions | None = None, run_one=None) -> RunOutcome:
+    """`loadgen run` (the CLI and loadgen.run alike): config.repeat > 1 runs into a repeats folder, else one run.
+    run_one: what runs each (run_workload's signature; default run_workload, --metrics-port's exposes it)."""
+    run_one = run_one or run_workload
     if config.repeat > 1:
-        return run_repeated(config, progress=progress, client=client)
-    return run_workload(config, progress=progress, client=client)
+        return run_repeated(config, progress=progress, client=client, run_one=run_one)
+    return run_one(config, progress=progress, client=client)
 
 
 # --- a sweep's point that is a repeats folder (sweep --repeat N; run/sweep.py) --------------------------

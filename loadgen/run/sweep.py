@@ -56,6 +56,7 @@ from loadgen.metrics import number, steady_rates
 from loadgen.probe.scrape import WAITING
 from loadgen.results.folder import Json, read_run, write_json
 from loadgen.run.launch import run_workload
+from loadgen.run.outcome import RunOutcome
 from loadgen.run.repeat import mean_record, point_repeats, run_repeated
 from loadgen.analysis.repeats import is_repeats
 
@@ -193,21 +194,27 @@ def spec_record(spec: SweepSpec) -> dict:
 def _base_record(config: RunConfig) -> dict:
     d = config.to_manifest()
     d.pop("out", None)
+    for k in ("metrics_port", "metrics_host"):  # where the live figures are served changes no measurement
+        d.pop(k, None)
     d["arrivals"].pop("rate_per_s", None)  # the swept quantity
     return d
 
 
 def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
               opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
-              run_point: Callable | None = None, client: ClientOptions | None = None) -> SweepOutcome:
-    """client: how every point talks to the target (headers, TLS; config/client.py), as a run's."""
+              run_point: Callable | None = None, client: ClientOptions | None = None,
+              run_one: Callable[..., RunOutcome] | None = None) -> SweepOutcome:
+    """client: how every point talks to the target (headers, TLS; config/client.py), as a run's; run_one:
+    how one run of a point is made (run_workload, or an Exporter's for --metrics-port)."""
+    run_one = run_one or run_workload
     check_config(config)
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
         if r is not None:
             with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r))
     # --repeat N: each point a repeats folder of N runs (run/repeat.py), judged on its repeats' mean record
-    run_point = run_point or (partial(run_repeated, opts=opts, slo_ms=spec.slo_ms or None, client=client)
-                              if config.repeat > 1 else partial(run_workload, client=client))
+    run_point = run_point or (partial(run_repeated, opts=opts, slo_ms=spec.slo_ms or None, client=client,
+                                      run_one=run_one)
+                              if config.repeat > 1 else partial(run_one, client=client))
     out = Path(out)
     manifest: Json = {"kind": "loadgen-sweep", "schema_version": SCHEMA_VERSION, "status": "running",
                 "workload": config.source, "spec": spec_record(spec), "config": _base_record(config),
