@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadgen.cli.common import EXAMPLES, RAW, WORKLOAD_HELP, workload_config
+from loadgen.cli.common import EXAMPLES, NO_LIVE_HELP, RAW, WORKLOAD_HELP, workload_config
 from loadgen.config.options import add_options
 
 
@@ -14,6 +14,7 @@ def add_parser(sub) -> None:
     run.add_argument("workload", nargs="?", help=WORKLOAD_HELP)
     add_options(run, "run")
     run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.add_argument("--no-live", action="store_true", help=NO_LIVE_HELP)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -25,7 +26,15 @@ def command(args: argparse.Namespace) -> int:
 
         outcome = run_repeated(cfg, progress=None if args.quiet else sys.stderr, client=client)
     else:
-        outcome = run_workload(cfg, progress=None if args.quiet else sys.stderr, client=client)
+        from loadgen.run import liveview
+
+        progress = None if args.quiet else sys.stderr
+        if liveview.wanted(progress, cfg, args.no_live):
+            with liveview.LiveView(sys.stderr, cfg.max_send_lag_p99_ns / 1e6) as view:
+                with view.watching(f"loadgen run {cfg.name}") as feed:
+                    outcome = run_workload(cfg, progress=view.stream, client=client, feed=feed)
+        else:
+            outcome = run_workload(cfg, progress=progress, client=client)
     if args.quiet:  # without progress lines, why a run failed must still be said
         for reason in outcome.invalid_reasons:
             print(f"INVALID RUN: {reason}", file=sys.stderr)
