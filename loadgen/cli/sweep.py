@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from loadgen.cli.common import RAW, slo, workload_config
+from loadgen.cli.common import NO_LIVE_HELP, RAW, slo, workload_config
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
 
@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
     sw.add_argument("workload", help="workload file (TOML) or a shipped workload's name (`loadgen workloads`)")
     add_options(sw, "sweep")  # the workload's flags and the run options a sweep passes to every point
     sw.add_argument("--quiet", action="store_true", help="no progress lines")
+    sw.add_argument("--no-live", action="store_true", help=NO_LIVE_HELP)
     sw.add_argument("--rates", help="rates to measure, e.g. 2,4,8/s (a unit on the last one applies to all)")
     sw.add_argument("--start", help="geometric series: first rate, e.g. 1/s (until saturation)")
     sw.add_argument("--factor", default="2", help="geometric series: ratio between rates (default 2)")
@@ -48,6 +49,7 @@ def add_parser(sub) -> None:
 def command(args: argparse.Namespace) -> int:
     # lazy: the sweep pulls in the launcher and the analysis (a fast start for the other commands)
     from loadgen.cli.sweep_args import ArgError, spec_from_args
+    from loadgen.run import liveview
     from loadgen.run.sweep import SUMMARY_TXT, SweepError, default_sweep_out, run_sweep
     from loadgen.sim.process import SimStartError
 
@@ -55,8 +57,13 @@ def command(args: argparse.Namespace) -> int:
         spec = spec_from_args(args, slo(args))
         cfg, client = workload_config(args)  # client: --header, --insecure, --ca-bundle for every point
         out = Path(args.out) if args.out else default_sweep_out(cfg)
-        outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=None if args.quiet else sys.stderr,
-                            client=client)
+        progress = None if args.quiet else sys.stderr
+        if liveview.wanted(progress, cfg, args.no_live):
+            with liveview.LiveView(sys.stderr, cfg.max_send_lag_p99_ns / 1e6) as view:
+                outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=view.stream, client=client,
+                                    live=view)
+        else:
+            outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=progress, client=client)
     except (ArgError, SweepError, SimStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE
