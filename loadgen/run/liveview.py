@@ -16,6 +16,7 @@ Units: `_s` seconds, `_ms` milliseconds.
 """
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Iterator
@@ -123,6 +124,21 @@ def sweep_table(points: list[tuple[dict, list[str] | None]]) -> Table:
     return t
 
 
+def warm(width: int) -> None:
+    """Render a made-up frame to a throw-away console before the run: the first render imports and builds
+    rich's state (tables, cell widths), work that must fall in set-up, not in the view thread a second
+    after t0 where it would hold the GIL against the event loop (as the flush thread's first tick once
+    did, inprocess.warm_flush_path)."""
+    w = Window(1, 1.0, 1.0, 1.0)
+    snap = Snapshot(t_s=1.0, interval_s=1.0, planned=1, due=1, sent=1, in_flight=0, outcomes={"ok": 1, "error": 1},
+                    output_tokens=1, last={m: w for _, m in LATENCIES}, run={m: w for _, m in LATENCIES},
+                    buckets={}, loop_lateness_p99_ms=99.0, server={"running": 1, "waiting": 0, "kv_usage": 0.5})
+    point = {"rate_per_s": 1.0, "offered_per_s": 1.0, "completed_per_s": 1.0, "valid": True,
+             "latency_ms": {m: {"p50": 1.0, "p99": 1.0} for _, m in LATENCIES}}
+    Console(file=io.StringIO(), force_terminal=True, width=width).print(
+        Group(sweep_table([(point, ["x"])]), panel(snap, snap, "warm", 1.0)))
+
+
 class LiveView:
     """The view over one run or a sweep's points (a context manager); `stream` is the progress stream to
     give the run while it shows, `watching(title)` the Feed of the next run."""
@@ -145,6 +161,7 @@ class LiveView:
         self._thread = threading.Thread(target=self._watch, name="loadgen-liveview", daemon=True)
 
     def __enter__(self) -> LiveView:
+        warm(self.console.width)
         self._live.start()
         self._thread.start()
         return self

@@ -104,3 +104,25 @@ def test_a_stream_that_is_not_a_terminal_gets_no_view(tmp_path, monkeypatch):
     monkeypatch.delenv("LOADGEN_LIVE")
     assert not liveview.wanted(Tty(), load(w, {"--workers": "2"}))
     assert not liveview.wanted(ViewStream(print), cfg)  # the view's own stream is no terminal
+
+
+def test_a_frame_after_warm_imports_nothing():
+    # the view's first frame in the run must not import (the GIL held against the event loop a second
+    # after t0); a fresh interpreter: what this one imported already says nothing
+    code = """
+import io, sys
+from loadgen.run import liveview
+from tests.unit.test_liveview import snap
+liveview.warm(120)
+before = set(sys.modules)
+out = io.StringIO()
+from rich.console import Console
+with liveview.LiveView(out, 50, console=Console(file=out, force_terminal=True, width=120)) as view:
+    with view.watching("t") as feed:
+        feed.publish(snap(server={"running": 1, "waiting": 2, "kv_usage": 0.1}))
+print(sorted(set(sys.modules) - before))
+"""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == "[]", p.stdout
