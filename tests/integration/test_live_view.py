@@ -2,6 +2,7 @@
 its last frame agrees with the run's rows, the lines around the run still appear once each and the plain
 progress line does not; with --no-live, or on a pipe, the plain line comes back."""
 import fcntl
+import json
 import os
 import re
 import struct
@@ -21,9 +22,10 @@ ARGS = ["--rate", "20/s", "--requests", "60", "--prompt-tokens", "16", "--max-to
         "approximate", "--no-calibrate", "--sim-args", "--mode fixed --ttft 30ms --itl 5ms"]
 
 
-def loadgen(tmp_path, *extra: str, terminal: bool = True) -> tuple[subprocess.CompletedProcess, str]:
+def loadgen(tmp_path, *extra: str, terminal: bool = True, command: tuple[str, ...] = ("run", *ARGS)
+            ) -> tuple[subprocess.CompletedProcess, str]:
     """The run with stderr on a 120x40 pseudo-terminal (or a pipe); (the process, what stderr received)."""
-    cmd = [sys.executable, "-m", "loadgen", "run", *ARGS, "--out", str(tmp_path / "run"), *extra]
+    cmd = [sys.executable, "-m", "loadgen", *command, "--out", str(tmp_path / "run"), *extra]
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("LOADGEN_LIVE", None)
     if not terminal:
@@ -81,3 +83,23 @@ def test_no_live_and_a_pipe_get_the_plain_line(tmp_path):
     assert p.returncode in (0, 3), err[-3000:]
     assert "\x1b" not in err and "\r" not in err and VIEW not in err
     assert re.search(r"\] sent 60/60 .*\[(complete|invalid)\]", err)
+
+
+def test_a_sweep_shows_its_finished_points_as_they_end(tmp_path):
+    w = tmp_path / "w.toml"
+    w.write_text('model = "sim"\n[arrivals]\nrate = "10/s"\n[run]\nrequests = 30\n'
+                 '[prompt]\ntokens = 16\ntokenizer = "approximate"\n[output]\ntokens = 8\n')
+    p, raw = loadgen(tmp_path, command=("sweep", str(w), "--rates", "10,20/s", "--no-calibrate", "--sim-args",
+                                        "--mode fixed --ttft 30ms --itl 5ms"))
+    assert p.returncode == 0, raw[-3000:]
+    plain = ANSI.sub("", raw)
+    summary = json.loads((tmp_path / "run" / "sweep_summary.json").read_text())
+    # the table's rows, as the points ended: the first frame after point 1 has one row, the last two
+    frames = plain.split("sweep: finished points")[1:]
+    assert frames and "loadgen sweep: point 2 at 20/s" in plain
+    last_rows = re.findall(r"^\s*(10|20)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", frames[-1], re.M)
+    assert [r[0] for r in last_rows[:2]] == ["10", "20"]
+    for row, point in zip(last_rows, summary["points"]):
+        assert float(row[3]) == pytest.approx(point["latency_ms"]["ttft"]["p50"], abs=0.06)
+        assert float(row[4]) == pytest.approx(point["latency_ms"]["ttft"]["p99"], abs=0.06)
+    assert any(re.search(r"^\s*10\s", f, re.M) and not re.search(r"^\s*20\s+\d", f, re.M) for f in frames)
