@@ -30,6 +30,8 @@ examples:
   loadgen compare results/a results/b --fail-if "p99 ttft > +10%"
 """
 RAW = argparse.RawDescriptionHelpFormatter
+NO_LIVE_HELP = ("no live terminal view: the plain progress line even on a terminal (so does LOADGEN_LIVE=0; "
+                "pipes, CI, --workers, --ray and --repeat always get the plain line)")
 WORKLOAD_HELP = ("workload file (TOML), or a shipped workload's name (`loadgen workloads` lists them); omitted: "
                  "the flags describe it (--rate, --prompt-tokens, --max-tokens, --requests or --duration)")
 

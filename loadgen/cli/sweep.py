@@ -7,7 +7,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from loadgen.cli.common import RAW, serving, slo, workload_config
+from loadgen.cli.common import NO_LIVE_HELP, RAW, serving, slo, workload_config
 from loadgen.config.options import add_options
 from loadgen.errors import ExitCode
 from loadgen.run.sweep_args import SPEC_OPTIONS
@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
     sw.add_argument("workload", help="workload file (TOML) or a shipped workload's name (`loadgen workloads`)")
     add_options(sw, "sweep")  # the workload's flags and the run options a sweep passes to every point
     sw.add_argument("--quiet", action="store_true", help="no progress lines")
+    sw.add_argument("--no-live", action="store_true", help=NO_LIVE_HELP)
     for flag, default, help_text in SPEC_OPTIONS:  # the spec's own flags (run/sweep_args.py)
         if default is False:
             sw.add_argument(flag, action="store_true", help=help_text)
@@ -40,6 +41,7 @@ def add_parser(sub) -> None:
 def command(args: argparse.Namespace) -> int:
     # lazy: the sweep pulls in the launcher and the analysis (a fast start for the other commands)
     from loadgen.run.sweep_args import ArgError, spec_from_args
+    from loadgen.run import liveview
     from loadgen.run.sweep import SUMMARY_TXT, SweepError, default_sweep_out, run_sweep
     from loadgen.sim.process import SimStartError
 
@@ -50,8 +52,13 @@ def command(args: argparse.Namespace) -> int:
         progress = None if args.quiet else sys.stderr
         with serving(cfg, progress) as exporter:  # --metrics-port: each point's live figures, labelled `rate`
             run_one = partial(exporter.run_workload, point=True) if exporter is not None else None
-            outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=progress, client=client,
-                                run_one=run_one)
+            if liveview.wanted(progress, cfg, args.no_live):
+                with liveview.LiveView(sys.stderr, cfg.max_send_lag_p99_ns / 1e6) as view:
+                    outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=view.stream, client=client,
+                                        run_one=run_one, live=view)
+            else:
+                outcome = run_sweep(cfg, spec, out, resume=args.resume, progress=progress, client=client,
+                                    run_one=run_one)
     except (ArgError, SweepError, SimStartError) as e:
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE

@@ -178,9 +178,10 @@ class Exporter:
             self.runs.feeds.append((extra, feed))
 
     def run_workload(self, config: RunConfig, progress: TextIO | None = sys.stderr,
-                     client: ClientOptions | None = None, point: bool = False) -> RunOutcome:
-        """run_workload with a feed of its own, exposed with the run's labels (a sweep's point: + rate)."""
-        feed = Feed()
+                     client: ClientOptions | None = None, point: bool = False, feed: Feed | None = None) -> RunOutcome:
+        """run_workload with its feed (its own, or the one given: the terminal view watches it too) exposed
+        with the run's labels (a sweep's point: + rate)."""
+        feed = feed or Feed()
         self.expose(feed, **({POINT_LABEL: f"{config.arrivals.rate_per_s:g}"} if point else {}))
         try:
             return run_workload(self.configure(config), progress, client, feed=feed)

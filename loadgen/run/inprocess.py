@@ -62,7 +62,7 @@ from loadgen.results.folder import (RunWriter, parquet_bytes, requests_frame, sc
 from loadgen.run import hostload
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms, metric_values_ns
 from loadgen.run.live import Feed, Tracker
-from loadgen.run.outcome import say
+from loadgen.run.outcome import ViewStream, say
 from loadgen.run.prepare import Target
 
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
@@ -491,7 +491,7 @@ def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_
 
 async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int,
                          now_ns) -> None:
-    if out is None:
+    if out is None or isinstance(out, ViewStream):  # the live view (run/liveview.py) replaces the line
         return
     tty = out.isatty()
     while True:

@@ -48,8 +48,14 @@ class Window:
 
     @classmethod
     def of(cls, rec: hdr.Recorded) -> Window:
-        s = hdr.summary_ms(rec)
-        return cls(s["count"], s["p50"], s["p99"], s["max"])
+        # the summary's percentiles (hdr.percentiles_us, as summary_ms), without its mean: the mean walks
+        # every bucket in Python (~2.4 ms a histogram, 12 of them a second in the flush thread, measured)
+        hist = rec.hist
+        count = hist.get_total_count()
+        if not count:
+            return cls(0, None, None, None)
+        p = hdr.percentiles_us(hist, (50.0, 99.0))
+        return cls(count, p[50.0] / 1000.0, p[99.0] / 1000.0, hist.get_max_value() / 1000.0)
 
 
 @dataclass(frozen=True)

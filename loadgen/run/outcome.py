@@ -6,7 +6,9 @@ why), INTERRUPTED (SIGINT/SIGTERM); USAGE is a ConfigError raised before a run s
 """
 from __future__ import annotations
 
+import io
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -52,3 +54,27 @@ def say_lengths(out: TextIO | None, lengths: dict) -> None:
     else:
         say(out or sys.stderr, f"WARNING: prompt lengths are NOT exact: {lengths['reason']} (the run is "
                                f"invalid, exit code {ExitCode.INVALID:d}, unless asked for: --tokenizer approximate)")
+
+
+class ViewStream(io.TextIOBase):
+    """The progress stream while the live view shows (run/liveview.py): each complete line is handed to
+    `emit` (printed above the view), so the lines said before, during and after the run still appear;
+    not a terminal (`say` writes no \\r), and the run's progress loop writes no line to it (the view
+    replaces the plain progress line)."""
+
+    def __init__(self, emit: Callable[[str], None]):
+        super().__init__()
+        self._emit, self._buffer = emit, ""
+
+    def write(self, text: str) -> int:
+        self._buffer += text
+        *lines, self._buffer = self._buffer.split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # a line is emitted when complete
+
+    def isatty(self) -> bool:
+        return False

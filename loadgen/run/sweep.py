@@ -57,6 +57,7 @@ from loadgen.probe.scrape import WAITING
 from loadgen.results.folder import Json, read_run, write_json
 from loadgen.run.launch import run_workload
 from loadgen.run.outcome import RunOutcome
+from loadgen.run.liveview import LiveView
 from loadgen.run.repeat import mean_record, point_repeats, run_repeated
 from loadgen.analysis.repeats import is_repeats
 
@@ -203,9 +204,11 @@ def _base_record(config: RunConfig) -> dict:
 def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = False,
               opts: ExplainOptions | None = None, progress: TextIO | None = sys.stderr,
               run_point: Callable | None = None, client: ClientOptions | None = None,
-              run_one: Callable[..., RunOutcome] | None = None) -> SweepOutcome:
+              run_one: Callable[..., RunOutcome] | None = None, live: LiveView | None = None) -> SweepOutcome:
     """client: how every point talks to the target (headers, TLS; config/client.py), as a run's; run_one:
-    how one run of a point is made (run_workload, or an Exporter's for --metrics-port)."""
+    how one run of a point is made (run_workload, or an Exporter's for --metrics-port: it takes the feed
+    too). live: the terminal view (run/liveview.py; one-process points only): each point's run watched
+    live, and each finished point added to its table; `progress` is then its stream."""
     run_one = run_one or run_workload
     check_config(config)
     for r in (*spec.rates, spec.start_per_s, spec.max_rate_per_s):  # every rate asked, before any point runs
@@ -246,6 +249,12 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
     class Interrupted(Exception):
         pass
 
+    def run_at(cfg: RunConfig, r: float):
+        if live is None:
+            return run_point(cfg, progress=progress)
+        with live.watching(f"loadgen sweep: point {len(records) + 1} at {r:g}/s") as feed:
+            return run_point(cfg, progress=progress, feed=feed)
+
     def measure(r: float) -> dict:
         if r in done:
             rec = point_record(out, done[r], spec)
@@ -256,13 +265,13 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
                 shutil.rmtree(folder)  # an unfinished point of an interrupted sweep: measured again
             _say(progress, f"sweep: point {len(records) + 1} at {r:g}/s -> {folder}")
             cfg = with_overrides(config, "sweep", arrivals=replace(config.arrivals, rate_per_s=r), out=str(folder))
-            outcome = run_point(cfg, progress=progress)
+            outcome = run_at(cfg, r)
             entry = {"rate_per_s": r, "dir": point_dir(r), "status": outcome.status}
             if outcome.status == "invalid":  # once more: a host that took the CPU for a moment is no verdict
                 first = list(outcome.invalid_reasons)
                 _say(progress, f"sweep: {r:g}/s invalid ({'; '.join(first)}): measured once more")
                 shutil.rmtree(folder)
-                outcome = run_point(cfg, progress=progress)
+                outcome = run_at(cfg, r)
                 entry.update(status=outcome.status, rerun_of_invalid=first)
             manifest["points"].append(entry)
             write_json(out / MANIFEST, manifest)
@@ -272,11 +281,16 @@ def run_sweep(config: RunConfig, spec: SweepSpec, out: Path, *, resume: bool = F
                 build(folder, opts, spec.slo_ms or None)
             rec = point_record(out, entry, spec)
         records[r] = rec
+        if live is not None:
+            live.point(rec, saturated_by(rec) if rec["valid"] else None)
         return rec
 
-    def unsaturated(p: dict) -> bool:  # against the lowest valid point measured so far
-        return bool(p["valid"]) and not saturation(p, base_point(list(records.values())), spec.tolerance,
-                                                   spec.tpot_factor, spec.waiting_mean)
+    def saturated_by(p: dict) -> list[str]:  # against the lowest valid point measured so far
+        return saturation(p, base_point(list(records.values())), spec.tolerance, spec.tpot_factor,
+                          spec.waiting_mean)
+
+    def unsaturated(p: dict) -> bool:
+        return bool(p["valid"]) and not saturated_by(p)
 
     good = (lambda p: meets_attainment(p, spec.attainment)) if spec.max_goodput else unsaturated
     status, found = "complete", None
