@@ -90,6 +90,7 @@ class RunConfig:
     calibrate: bool = default("calibrate")    # probe the idle server before the run (probe/calibrate.py)
     scrape_metrics: bool = default("scrape_metrics")   # sample the target's /metrics (probe/scrape.py)
     scrape_interval_ns: int = default("scrape_interval_ns")
+    scrape: tuple[str, ...] = ()    # more Prometheus endpoints (DCGM, node exporter): telemetry.parquet
     workers: int = default("workers")   # generator processes (run/workers.py); 0 = auto, picked by rate
     repeat: int = default("repeat")     # run the workload this many times (run/repeat.py); 1 = once
     ray: str | None = None          # Ray cluster address or "auto" (run/ray_workers.py); None = local processes
@@ -123,4 +124,5 @@ class RunConfig:
         # credentials in the URL are redacted.
         d = asdict(self)
         d["url"] = redact_url(self.url) if self.url else None
+        d["scrape"] = [redact_url(u) for u in self.scrape]
         return d
