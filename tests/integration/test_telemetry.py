@@ -223,3 +223,23 @@ def test_a_bad_url_exits_2_naming_the_flag(tmp_path, url, needle):
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and "hunter22" not in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_with_workers_one_process_scrapes(tmp_path):
+    # --workers 2: worker 0 alone samples the endpoint (workers.worker_config), into the run's folder
+    fake = FakeDcgm()
+    try:
+        out = tmp_path / "run"
+        p = loadgen("run", workload(tmp_path, rate="20/s", requests=30, max_tokens=8), "--out", str(out),
+                    "--no-calibrate", "--workers", "2", "--scrape", f"http://127.0.0.1:{fake.port}/metrics",
+                    "--scrape-interval", "200ms", timeout=180)
+        assert p.returncode == 0, p.stderr
+        m = orjson.loads((out / "manifest.json").read_bytes())
+        assert [t["scrapes"] for t in m["telemetry"]] == [len(fake.served)]
+        tel = pl.read_parquet(out / "telemetry.parquet")
+        assert tel.filter(pl.col("name") == "DCGM_FI_DEV_GPU_UTIL")["t_ns"].n_unique() == len(fake.served)
+        # the gauges are summarised as served; energy needs a sample after the window's end, which worker 0
+        # takes when its own share ends (docs/results.md#telemetryparquet: null when another ends later)
+        assert report_json(str(out))["telemetry"]["overall"]["power_w"]["mean"] == sum(POWER_W.values())
+    finally:
+        fake.stop()
