@@ -17,6 +17,10 @@ window's end minus at its start (a drop is a reset: the increase counts from 0, 
 does). The scrapes must bracket the window (one before its start, one after its end: the first scrape
 is taken before t0 and the last after the drain), else energy is null rather than a part of it.
 
+A node exporter's `node_cpu_seconds_total{cpu, mode}` gives `nodes`: per endpoint, the host's CPU busy
+share over the window, 1 - (idle + iowait) / all modes, each series' increase taken as energy's is (null
+unless bracketed).
+
 A GPU is a distinct (source, UUID label, else gpu label); several samples of one GPU in one scrape (MIG
 instances) are combined: memory summed, the other fields by max. DCGM's blank sentinels (a field the GPU
 does not support: int64 >= 0x7ffffffffffffff0, fp64 >= 2**47) are not values: dropped.
@@ -54,6 +58,8 @@ GAUGES = (
     Gauge("sm_clock_mhz", "DCGM_FI_DEV_SM_CLOCK", INT64_BLANK, label="SM clock MHz"),
     Gauge("gpu_temp_c", "DCGM_FI_DEV_GPU_TEMP", INT64_BLANK, label="temperature C"),
 )
+NODE_CPU = "node_cpu_seconds_total"              # node exporter: s per cpu and mode, a counter
+IDLE_MODES = ("idle", "iowait")
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"   # mJ, int64
 ENERGY_NAMES = (ENERGY + "_total", ENERGY)        # as stored (the parser appends _total), as exposed
 _LABELS = {"gpu": "gpu", "uuid": "UUID", "model": "modelName", "hostname": "Hostname"}
@@ -116,7 +122,31 @@ def section(tel: pl.DataFrame | None, start_ns: float | None, end_ns: float | No
         entry["energy_j"] = mj / 1000 if mj is not None else None
         gpus.append(entry)
     return {"window_s": [start_ns / 1e9, end_ns / 1e9] if start_ns is not None and end_ns is not None else None,
-            "gpus": gpus, "overall": _overall(window, gpus, output_tokens)}
+            "gpus": gpus, "overall": _overall(window, gpus, output_tokens), "nodes": nodes(tel, start_ns, end_ns)}
+
+
+def nodes(tel: pl.DataFrame, start_ns: float | None, end_ns: float | None) -> list[dict]:
+    """Per node-exporter endpoint: `source`, `cpus`, `cpu_busy` (0..1 over the window; None unless every
+    series' samples bracket it)."""
+    cpu = tel.filter(pl.col("name") == NODE_CPU).with_columns(
+        pl.col("labels").str.extract(r'(?:^|,)mode="([^"]*)"').alias("mode"))
+    out = []
+    for source in cpu["source"].unique(maintain_order=True).to_list():
+        mine = cpu.filter(pl.col("source") == source)
+        busy = None
+        if start_ns is not None and end_ns is not None:
+            idle = total = 0.0
+            for (_, mode), series in mine.sort("t_ns").group_by("labels", "mode", maintain_order=True):
+                inc = counter_increase(series["t_ns"].to_numpy(), series["value"].to_numpy(), start_ns, end_ns)
+                if inc is None:
+                    total = 0.0
+                    break
+                total += inc
+                idle += inc if mode in IDLE_MODES else 0.0
+            busy = 1 - idle / total if total > 0 else None
+        n_cpus = mine["labels"].str.extract(r'(?:^|,)cpu="([^"]*)"').n_unique()
+        out.append({"source": source, "cpus": n_cpus, "cpu_busy": busy})
+    return out
 
 
 def _overall(window: pl.DataFrame, gpus: list[dict], output_tokens: int) -> dict:

@@ -129,7 +129,23 @@ def test_no_file_no_section_and_no_window_no_figures():
         "window_s": [0.0, 1.0], "gpus": [], "overall": {
             "gpus": 0, **{k: {"mean": None, "max": None, "n": 0} for k in
                           ("gpu_util_pct", "sm_active", "memory_used_mib", "power_w", "sm_clock_mhz", "gpu_temp_c")},
-            "energy_j": None, "output_tokens": 0, "output_tokens_per_j": None}}
+            "energy_j": None, "output_tokens": 0, "output_tokens_per_j": None}, "nodes": []}
+
+
+def test_node_exporter_cpu_busy_share():
+    # two cpus over [0, 2] s: cpu0 3/4 busy (user 1.5 s, idle 0.5 s), cpu1 1/4 busy (system 0.25, iowait
+    # 0.25 counted idle, idle 1.5); sampled at -1, 1, 3 s with constant rates
+    rates = {("0", "user"): 0.75, ("0", "idle"): 0.25, ("1", "system"): 0.125, ("1", "iowait"): 0.125,
+             ("1", "idle"): 0.75}
+    rows = [(t, "node_cpu_seconds_total", f'cpu="{c}",mode="{m}"', 1000 + r * t)
+            for t in (-1, 1, 3) for (c, m), r in rates.items()]
+    s = section(frame(rows, source="http://n:9100/metrics"), 0, 2 * S, 0)
+    assert s["gpus"] == []
+    (node,) = s["nodes"]
+    assert node["source"] == "http://n:9100/metrics" and node["cpus"] == 2
+    assert node["cpu_busy"] == pytest.approx((1.5 + 0.25) / 4, rel=1e-12)
+    late = section(frame([r for r in rows if r[0] > 0], source="http://n:9100/metrics"), 0, 2 * S, 0)
+    assert late["nodes"][0]["cpu_busy"] is None          # no sample before the window: not a part of it
 
 
 def test_the_workload_key_is_a_list_of_urls(tmp_path):
