@@ -19,6 +19,7 @@ import orjson
 import polars as pl
 import pytest
 
+from loadgen.report import _f
 from loadgen.report.tables import show
 from tests.integration.conftest import loadgen, report_json, workload
 
@@ -243,3 +244,16 @@ def test_with_workers_one_process_scrapes(tmp_path):
         assert report_json(str(out))["telemetry"]["overall"]["power_w"]["mean"] == sum(POWER_W.values())
     finally:
         fake.stop()
+
+
+def test_the_text_and_markdown_reports_show_the_gpus(telemetry_run):
+    out, s = telemetry_run["out"], telemetry_run["summary"]
+    text = loadgen("report", str(out))
+    assert text.returncode == 0, text.stderr
+    o = s["telemetry"]["overall"]
+    assert f"gpus       2: util mean {_f(o['gpu_util_pct']['mean'])} %" in text.stdout
+    assert f"power {_f(o['power_w']['mean'])} W" in text.stdout
+    assert f"{_f(o['output_tokens_per_j'])} output tok/J" in text.stdout
+    md = loadgen("report", str(out), "--format", "md")
+    assert md.returncode == 0, md.stderr
+    assert "GPU telemetry (--scrape, over the measured window)" in md.stdout
