@@ -13,7 +13,8 @@ of the exact ones above.
 `generator` is the run's self-check from the manifest (selfcheck.py). `prefix_cache`: the measured
 prefix-cache hit rate beside the one the workload implies (analysis/prefix_cache.py). `replies`: how many
 replies were valid JSON / valid tool calls, for a workload that sends tools or response_format
-(analysis/replies.py).
+(analysis/replies.py). `telemetry`: the
+GPU figures of the --scrape endpoints over the throughput's window (analysis/telemetry.py).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import abandon, completeness, failures, prefix_cache, replies
+from loadgen.analysis import abandon, completeness, failures, prefix_cache, replies, telemetry
 from loadgen.results.folder import Json, ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -67,10 +68,12 @@ def summarize(run: Run) -> RunSummary:
     ok = req.filter(metrics.OK_ROWS)
     outcomes = dict(req.group_by("outcome").len().iter_rows())
     n, n_ok, n_dropped = req.height, ok.height, outcomes.get("dropped", 0)
-    window_ns = None
+    window_ns = start_ns = end_ns = None
     if n and req["done_ns"].drop_nulls().len():
-        window_ns = metrics.number(req["done_ns"].max()) - metrics.number(req["intended_ns"].min())
+        start_ns, end_ns = metrics.number(req["intended_ns"].min()), metrics.number(req["done_ns"].max())
+        window_ns = end_ns - start_ns
     per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
+    output_tokens = int(ok["output_tokens"].sum() or 0)
     latency = {m: distribution_ms(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution_ms(itl_ns(run.tokens, ok["request_id"]))
     manifest = run.manifest
@@ -85,7 +88,7 @@ def summarize(run: Run) -> RunSummary:
         "outcomes": outcomes,
         "errors": failures.summarize(run.requests),   # the error rate, counts, most frequent texts
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
-        "throughput": {"output_tokens_per_s": per_s(int(ok["output_tokens"].sum() or 0)),
+        "throughput": {"output_tokens_per_s": per_s(output_tokens),
                        "requests_per_s": per_s(n_ok)},
         "latency_ms": {m: latency[m] for m in METRICS},
         "percentiles": metrics.PERCENTILE_RULE,
@@ -102,6 +105,8 @@ def summarize(run: Run) -> RunSummary:
         "abandoned": abandon.section(run, req),      # [abandon]: what was cut, did the server free the slots
         "images": images(req),                       # [image]: what was sent, what the server charged
         "replies": replies.section(run),  # valid JSON / valid tool calls (replies.py); null: none asked
+        # --scrape endpoints: GPU figures over the same window as the throughput (telemetry.py)
+        "telemetry": telemetry.section(run.telemetry(), start_ns, end_ns, output_tokens),
     }
 
 

@@ -33,23 +33,28 @@ _SECRET_VALUE = re.compile(r"^(bearer|basic|token)\s|^(sk|pk|hf|ghp|xox[bp])[-_]
 
 
 def url_problems(url: str, flag: str = "--url") -> list[str]:
-    """What is wrong with a target URL (empty when nothing is), all at once."""
+    """What is wrong with a target URL (empty when nothing is), all at once, each after `flag: `."""
+    return [f"{flag}: {p}" for p in bare_url_problems(url)]
+
+
+def bare_url_problems(url: str) -> list[str]:
+    """url_problems without the flag: each names the URL (redacted)."""
     try:
         parts = urlsplit(url)
     except ValueError as e:  # "Invalid IPv6 URL": an unclosed [ in the host
-        return [f"{flag}: {e} in {redact_url(url)!r}"]
+        return [f"{e} in {redact_url(url)!r}"]
     problems = []
     if parts.scheme not in ("http", "https"):
-        problems.append(f"{flag}: must start with http:// or https://, got {redact_url(url)!r}")
+        problems.append(f"must start with http:// or https://, got {redact_url(url)!r}")
     if not parts.hostname:
-        problems.append(f"{flag}: no host in {redact_url(url)!r}")
+        problems.append(f"no host in {redact_url(url)!r}")
     try:
         port = parts.port
     except ValueError:
-        problems.append(f"{flag}: the port must be a number from 1 to 65535 in {redact_url(url)!r}")
+        problems.append(f"the port must be a number from 1 to 65535 in {redact_url(url)!r}")
     else:
         if port == 0:
-            problems.append(f"{flag}: port 0 is not a server's port in {redact_url(url)!r}")
+            problems.append(f"port 0 is not a server's port in {redact_url(url)!r}")
     return problems
 
 

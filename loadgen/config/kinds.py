@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from urllib.parse import urlsplit, urlunsplit
+
+from loadgen.config.credentials import bare_url_problems, redact_url
 from loadgen.config.slo import SLO_METRICS, parse_slo, split_slo_key
 from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 
@@ -244,3 +247,39 @@ def _check_slo(v: Any) -> str | None:
 
 
 SLO = Kind("metric=duration,...", "ms", _parse_slo, _check_slo)
+
+
+def _endpoint(url: str) -> str:
+    # a URL without a path is an exporter's root: its samples are at /metrics (Prometheus' default path)
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/metrics")) if parts.path in ("", "/") else url
+
+
+def _parse_endpoints(v: Any) -> tuple[str, ...]:
+    # --scrape URL (repeated: argparse gives a list) or run.scrape = ["URL", ...]; each http(s), with a host
+    if isinstance(v, str):   # the value is not shown as given: its URL may carry credentials
+        raise ValueError(f"must be a list of http(s) URLs, e.g. [{redact_url(v)!r}], got a string")
+    if not isinstance(v, (list, tuple)) or not all(isinstance(u, str) and u for u in v):
+        raise ValueError(f"must be a list of http(s) URLs (non-empty strings), got a {type(v).__name__}"
+                         + ("" if not isinstance(v, (list, tuple)) else " holding something else"))
+    problems = [p for u in v for p in bare_url_problems(u)]
+    if problems:
+        raise ValueError("; ".join(problems))
+    urls = tuple(_endpoint(u) for u in v)
+    twice = sorted({redact_url(u) for u in urls if urls.count(u) > 1})
+    if twice:
+        raise ValueError(f"each endpoint once: {', '.join(twice)} given more than once")
+    return urls
+
+
+def _check_endpoints(v: Any) -> str | None:
+    if not isinstance(v, tuple):
+        return f"must be a tuple of URLs, got {v!r:.80}"
+    try:
+        _parse_endpoints(v)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+ENDPOINTS = Kind("http(s) URLs", "", _parse_endpoints, _check_endpoints)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadgen.config import kinds
-from loadgen.config.kinds import DURATION, FLAG, FRACTION, PAUSE, POSITIVE, RATE, SLO, TEXT, WORDS, WORKERS, Kind
+from loadgen.config.kinds import (DURATION, ENDPOINTS, FLAG, FRACTION, PAUSE, POSITIVE, RATE, SLO, TEXT, WORDS, WORKERS,
+                                  Kind)
 
 RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
@@ -185,6 +186,10 @@ OPTIONS = (
        kind=kinds.integer(0, 65535), metavar="PORT", commands=RUNS),
     _o("--metrics-host", "the address --metrics-port listens on", field="metrics_host", kind=TEXT,
        default="127.0.0.1", metavar="HOST", commands=RUNS),
+    _o("--scrape", "also sample this Prometheus endpoint during the run, on the run's clock (a DCGM or node "
+       "exporter, e.g. http://gpu-host:9400/metrics; repeatable; a URL without a path gets /metrics): "
+       "telemetry.parquet, GPU figures in the summary and the report", key="run.scrape", field="scrape",
+       kind=ENDPOINTS, metavar="URL", repeat=True, commands=RUNS),
     _o("--workers", "split the schedule across N generator processes on this host (auto: by rate); "
        "see docs/scale-out.md", field="workers", kind=WORKERS, default=1, metavar="N|auto", commands=(RUN,)),
     _o("--ray", "run the workers as Ray actors on the cluster at ADDRESS (auto: the one `ray start` runs "

@@ -142,6 +142,7 @@ class RunConfig:
     scrape_interval_ns: int = default("scrape_interval_ns")
     metrics_port: int | None = default("metrics_port")   # serve live figures for Prometheus (run/exporter.py)
     metrics_host: str = default("metrics_host")
+    scrape: tuple[str, ...] = ()    # more Prometheus endpoints (DCGM, node exporter): telemetry.parquet
     workers: int = default("workers")   # generator processes (run/workers.py); 0 = auto, picked by rate
     repeat: int = default("repeat")     # run the workload this many times (run/repeat.py); 1 = once
     ray: str | None = None          # Ray cluster address or "auto" (run/ray_workers.py); None = local processes
@@ -177,4 +178,5 @@ class RunConfig:
         # credentials in the URL are redacted.
         d = asdict(self)
         d["url"] = redact_url(self.url) if self.url else None
+        d["scrape"] = [redact_url(u) for u in self.scrape]
         return d

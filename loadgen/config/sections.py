@@ -25,7 +25,7 @@ KEYS = {
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time",
-            "max_lag_share", "lag_floor", "max_error_rate", "max_user_rate"},
+            "max_lag_share", "lag_floor", "max_error_rate", "max_user_rate", "scrape"},
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset", "salt"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
@@ -283,11 +283,13 @@ def run_bounds(r: Reader, process: str, rate_per_s: float, concurrency: int) -> 
 
 
 def run_limits(r: Reader) -> dict[str, Any]:
-    """[run]: timeouts and the self-check's limits (run/selfcheck.py): every other [run] row."""
+    """[run]: timeouts, the self-check's limits (run/selfcheck.py), the endpoints to scrape: every other
+    [run] row."""
     taken = {"run.requests", "run.duration", "run.concurrency", "run.think_time", "run.warmup_requests",
-             "run.max_concurrency", "run.max_user_rate"}
-    return {o.field: r.option(o.key) for o in OPTIONS
-            if o.field and o.key and o.key.startswith("run.") and o.key not in taken}
+             "run.max_concurrency", "run.max_user_rate", "run.scrape"}
+    limits = {o.field: r.option(o.key) for o in OPTIONS
+              if o.field and o.key and o.key.startswith("run.") and o.key not in taken}
+    return limits | {"scrape": r.option("run.scrape") or ()}   # no endpoint: an empty tuple
 
 
 def request(r: Reader) -> dict[str, Any]:

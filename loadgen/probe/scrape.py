@@ -1,15 +1,20 @@
-"""Prometheus `/metrics` sampler (`loadgen run --scrape-metrics`) and the names that matter per server.
+"""Prometheus `/metrics` sampler (`loadgen run --scrape-metrics`, `--scrape URL`) and the names that matter
+per server.
 
 During the run, GET {base}/metrics every interval (500 ms by default) and keep every sample as a row
     t_ns    int64, monotonic ns from t0 at the moment the response was read
-    name    sample name as exposed (`vllm:num_requests_waiting`, `..._bucket`, `..._sum`, `..._total`)
+    name    sample name as exposed (`vllm:num_requests_waiting`, `..._bucket`, `..._sum`, `..._total`), but
+            for a counter whose exposed name lacks `_total`: prometheus_client's parser appends it
+            (dcgm-exporter's `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION` is stored as `..._CONSUMPTION_total`)
     labels  the sample's labels, canonical text `k="v",k2="v2"` sorted by key ("" when none)
     value   float64
-written to `server_metrics.parquet` at the end of the run. Parsing is prometheus_client's text-format
-parser, run after the load ends: during the run a scrape only reads the bytes (parsing a vLLM exposition
-costs milliseconds of CPU on the event loop that stamps tokens and dispatches on schedule). A failed
-scrape is counted (manifest `scrape.errors`), never fatal: the server's health must not decide whether
-the load run completes.
+written to `server_metrics.parquet` at the end of the run. Every `--scrape URL` endpoint (a DCGM exporter,
+a node exporter) is sampled the same way by a Scraper of its own, on the same clock and interval, into
+`telemetry.parquet`: the same rows with `source`, the endpoint's URL (credentials redacted). Parsing is
+prometheus_client's text-format parser, run after the load ends: during the run a scrape only reads the
+bytes (parsing a vLLM exposition costs milliseconds of CPU on the event loop that stamps tokens and
+dispatches on schedule). A failed scrape is counted (manifest `scrape.errors`, `telemetry[i].errors`),
+never fatal: the server's health (or an exporter's) must not decide whether the load run completes.
 
 Metric names by server: the NAMES table below (vLLM V1; SGLang; llama.cpp's server with `--metrics`;
 TGI), one row per concept, None where a server does not expose it. Names move between releases (vLLM
@@ -57,6 +62,13 @@ KV_USAGE = (*(n for n in NAMES["kv_usage_0_to_1"] if n), "vllm:gpu_cache_usage_p
 # The gauges a live view shows (run/live.py), each the sum over its samples' label sets (engines, models).
 LIVE_GAUGES = {"running": RUNNING, "waiting": WAITING, "kv_usage": KV_USAGE}
 SCHEMA = {"t_ns": pl.Int64, "name": pl.String, "labels": pl.String, "value": pl.Float64}
+TELEMETRY_SCHEMA = {"t_ns": pl.Int64, "source": pl.String, "name": pl.String, "labels": pl.String,
+                    "value": pl.Float64}
+
+
+def metrics_url(base_url: str) -> str:
+    """The server's /metrics: beside its /v1 API."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 def parse(text: str, t_ns: int) -> list[tuple[int, str, str, float]]:
@@ -101,10 +113,17 @@ def frame(rows: list[tuple[int, str, str, float]]) -> pl.DataFrame:
 
 
 class Scraper:
-    def __init__(self, base_url: str, t0_ns: int, interval_ns: int = default("scrape_interval_ns"),
-                 headers: dict[str, str] | None = None, tls=True, *, now_ns=time.monotonic_ns):
+    """Samples one endpoint (url: the exposition's own URL, without credentials: send them in headers);
+    `source` names it in telemetry.parquet, messages and the manifest (the URL, its credentials redacted).
+    Reads are stamped on the monotonic clock and made relative to t0_ns when parsed (frame), so a sample
+    may be taken before t0 is known (its value may be set after construction)."""
+
+    def __init__(self, url: str, t0_ns: int, interval_ns: int = default("scrape_interval_ns"),
+                 headers: dict[str, str] | None = None, tls=True, *, now_ns=time.monotonic_ns,
+                 source: str | None = None):
         self.now_ns = now_ns
-        self.url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+        self.url = url
+        self.source = source or url
         self.tls = tls  # aiohttp's ssl= (config/client.py)
         self.t0_ns, self.interval_s = t0_ns, interval_ns / 1e9
         self.headers = headers or {}
@@ -116,17 +135,17 @@ class Scraper:
         try:
             async with session.get(self.url, headers=self.headers, ssl=self.tls) as resp:
                 text = await resp.text()
-                t = self.now_ns() - self.t0_ns
+                t = self.now_ns()
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")
             self.texts.append((t, text))
             self.scrapes += 1
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
             self.errors += 1
-            self.last_error = f"{self.url}: {type(e).__name__}: {e}"
+            self.last_error = f"{self.source}: {type(e).__name__}: {e}"
 
     async def run(self) -> None:
-        """Until cancelled; one last sample is taken by `finish`."""
+        """Until cancelled; one last sample is taken by `sample`."""
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 4))
         async with aiohttp.ClientSession(timeout=timeout) as session:
             self._session = session
@@ -140,7 +159,8 @@ class Scraper:
         texts = self.texts
         return gauges(texts[-1][1]) if texts else {}
 
-    async def final_sample(self) -> None:
+    async def sample(self) -> None:
+        """One sample now, on a session of its own (before t0, or the last one after the run)."""
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             await self.scrape_once(session)
@@ -150,13 +170,19 @@ class Scraper:
         rows: list[tuple[int, str, str, float]] = []
         for t, text in self.texts:
             try:
-                rows += parse(text, t)
+                rows += parse(text, t - self.t0_ns)
             except ValueError as e:
                 self.errors += 1
                 self.scrapes -= 1
-                self.last_error = f"{self.url}: not Prometheus text format: {e}"
+                self.last_error = f"{self.source}: not Prometheus text format: {e}"
         return frame(rows)
 
     def summary(self) -> dict:
-        return {"url": self.url, "interval_s": self.interval_s, "scrapes": self.scrapes, "errors": self.errors,
+        return {"url": self.source, "interval_s": self.interval_s, "scrapes": self.scrapes, "errors": self.errors,
                 "last_error": self.last_error}
+
+
+def telemetry_frame(scrapers: list[Scraper]) -> pl.DataFrame:
+    """The rows of every endpoint's samples (Scraper.frame), each with its `source`: telemetry.parquet."""
+    frames = [sc.frame().with_columns(pl.lit(sc.source).alias("source")) for sc in scrapers]
+    return pl.concat(frames).select(list(TELEMETRY_SCHEMA)) if frames else pl.DataFrame(schema=TELEMETRY_SCHEMA)

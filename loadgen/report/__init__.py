@@ -27,6 +27,7 @@ def to_text(summary: Summary) -> str:
         *_prefix_cache_lines(summary),
         *_abandoned_lines(summary),
         *_reply_lines(summary),
+        *_telemetry_lines(summary.get("telemetry")),
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
@@ -138,6 +139,23 @@ def _lag_lines(g: dict) -> list[str]:
                    f"{_f(h.get('others_cpu_cores'))} of {h.get('host_cpus') or h.get('cpus')} cores, "
                    f"steal {100 * (h.get('steal_share') or 0):.0f} %")
     return out
+
+
+def _telemetry_lines(tel: dict | None) -> list[str]:
+    """--scrape: the GPUs' overall figures over the measured window, and each node's CPU busy share."""
+    if not tel:
+        return []
+    lines = []
+    o = tel["overall"]
+    if tel["gpus"]:
+        lines.append(f"gpus       {o['gpus']}: util mean {_f(o['gpu_util_pct']['mean'])} % (max "
+                     f"{_f(o['gpu_util_pct']['max'])})  SM active {_f(o['sm_active']['mean'])}  power "
+                     f"{_f(o['power_w']['mean'])} W (max {_f(o['power_w']['max'])})  memory "
+                     f"{_f(o['memory_used_mib']['mean'])} MiB  energy {_f(o['energy_j'])} J  "
+                     f"{_f(o['output_tokens_per_j'])} output tok/J")
+    lines += [f"node       {n['source']}: CPU busy {_pct(n['cpu_busy'])} of {n['cpus']} cpus"
+              for n in tel.get("nodes") or []]
+    return lines
 
 
 def _error_lines(e: dict | None) -> list[str]:

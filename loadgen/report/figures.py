@@ -5,6 +5,8 @@ report, whatever the run's length (they keep the file under html.SIZE_BOUND_BYTE
     CDF_POINTS      points per CDF line: ranks spread evenly in p and in nines (the tail keeps its points)
     TIME_POINTS     points per line over time: interval histograms are merged (exactly) into coarser
                     intervals, server samples and token counts are binned, when a run has more
+    GPU_LINES       GPUs drawn per telemetry chart (the first by endpoint and GPU; the table lists all),
+                    each line binned to TELEMETRY_POINTS
     GANTT_ROWS      requests in the per-request timeline (consecutive ones around the most-stalled request)
     GANTT_MARKS     stall marks in it
 Times are seconds from the run's t0 (the origin of every *_ns column and of the *.hlog timestamps).
@@ -22,6 +24,7 @@ from loadgen import metrics
 from loadgen.metrics import number
 from loadgen.results import hdr
 from loadgen.analysis.summary import itl_ms, measured
+from loadgen.analysis.telemetry import GAUGES, gpu_samples
 from loadgen.results.folder import Run
 from loadgen.probe.scrape import KV_USAGE, RUNNING, WAITING
 
@@ -29,6 +32,8 @@ CDF_POINTS = 400
 TIME_POINTS = 600
 GANTT_ROWS = 60
 GANTT_MARKS = 600
+GPU_LINES = 8
+TELEMETRY_POINTS = 300
 NS_PER_S = 1e9
 
 
@@ -153,6 +158,43 @@ def server_series(metrics: pl.DataFrame | None, max_points: int = TIME_POINTS) -
     bins = sorted({b for s in series.values() for b in s})
     return TimeSeries([(b + 0.5) * width / NS_PER_S for b in bins],
                       {label: [s.get(b) for b in bins] for label, s in series.items()})
+
+
+def telemetry_series(tel: pl.DataFrame | None, max_points: int = TELEMETRY_POINTS,
+                     max_gpus: int = GPU_LINES) -> dict[str, TimeSeries]:
+    """Per DCGM gauge (analysis/telemetry.GAUGES key) present, one line per GPU (`gpu N`, with the host
+    when several endpoints are scraped), binned to at most max_points on a common grid (mean per bin:
+    gauges, not events); {} without DCGM samples. The figures are the summary's samples, all of them
+    (the summary keeps only the measured window's)."""
+    if tel is None or tel.height == 0:
+        return {}
+    g = gpu_samples(tel)
+    if g.height == 0:
+        return {}
+    keys = g["gpu_key"].unique(maintain_order=True).to_list()[:max_gpus]
+    several = g["source"].n_unique() > 1
+    lo, hi = int(number(g["t_ns"].min())), int(number(g["t_ns"].max()))
+    width = max(1, math.ceil((hi - lo + 1) / max_points))
+    g = g.filter(pl.col("gpu_key").is_in(keys)).with_columns(((pl.col("t_ns") - lo) // width).alias("b"))
+    out: dict[str, TimeSeries] = {}
+    for gauge in GAUGES:
+        sel = g.filter(pl.col("name") == gauge.name)
+        if sel.height == 0:
+            continue
+        binned = sel.group_by("gpu_key", "b").agg(pl.col("value").mean(), pl.col("gpu").first(),
+                                                  pl.col("hostname").first())
+        bins = sorted(set(binned["b"].to_list()))
+        ts = TimeSeries([(lo + (b + 0.5) * width) / NS_PER_S for b in bins])
+        for key in keys:
+            mine = binned.filter(pl.col("gpu_key") == key)
+            if mine.height == 0:
+                continue
+            row = mine.row(0, named=True)
+            label = f"gpu {row['gpu']}" + (f" {row['hostname']}" if several and row["hostname"] else "")
+            at = dict(zip(mine["b"].to_list(), mine["value"].to_list()))
+            ts.values[label] = [at.get(b) for b in bins]
+        out[gauge.key] = ts
+    return out
 
 
 @dataclass

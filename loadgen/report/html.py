@@ -4,8 +4,8 @@ request of any kind) with the run's tables, plots, diagnosis, configuration and 
 Numbers: every number printed in the page's text and tables is a value of the summary dict (the JSON
 report), rendered by tables.show, and carries `data-k="dotted.path"`; text taken verbatim from it (the
 diagnosis) carries `data-s`. The plots draw the run's own data (requests/tokens parquet, *.hlog,
-server_metrics.parquet, decomposition.parquet), thinned to figures.py's bounds, so the file stays under
-SIZE_BOUND_BYTES whatever the run's size.
+server_metrics.parquet, telemetry.parquet, decomposition.parquet), thinned to figures.py's bounds, so the
+file stays under SIZE_BOUND_BYTES whatever the run's size.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import orjson
 import polars as pl
 
 from loadgen.analysis.decompose import COMPONENTS
+from loadgen.analysis.telemetry import GAUGES
 from loadgen.report import figures, tables
 from loadgen.report.gantt_svg import gantt_chart
 from loadgen.report.svg import COMPONENT_COLORS, Bar, Cdf, Series, cdf_chart, line_chart, stacked_bars
@@ -105,8 +106,9 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     lat = []
     per_metric = {m: figures.interval_percentiles(run.path, m) for m in ("ttft", "itl", "e2e")}
     srv, thr = figures.server_series(metrics), figures.throughput(run)
+    gpu = figures.telemetry_series(run.telemetry())
     # one time axis for every chart of the section (scrapes may start before t0)
-    t_all = [t for ts in (*per_metric.values(), srv, thr) if ts is not None for t in ts.t_s]
+    t_all = [t for ts in (*per_metric.values(), srv, thr, *gpu.values()) if ts is not None for t in ts.t_s]
     x_range = (min([0.0, *t_all]), max([1.0, *t_all]))  # a run killed before its first part has no times
     warm = figures.warmup_span(run)  # shaded and labelled on each chart, not an unexplained zero
     for m, ts in per_metric.items():
@@ -121,6 +123,7 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
         out.append(line_chart("Latency over time (per interval of the HdrHistogram logs)", lat, y_kind="log",
                               x_label="s from t0 (interval in which requests finished)", y_label="ms",
                               plot_id="latency-time", x_range=x_range, shade=warm))
+    out += telemetry_charts(gpu, x_range, warm)
     if srv is not None:
         counts = [Series(k, srv.t_s, v) for k, v in srv.values.items() if not k.startswith("KV")]
         if counts:
@@ -139,6 +142,21 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
                               thr.values["output tok/s"], color="#2ca02c")], x_label="s from t0", y_label="tok/s",
                               plot_id="throughput-tok", x_range=x_range, shade=warm))
     return "<h2>Over time</h2>" + "".join(out) if out else ""
+
+
+def telemetry_charts(gpu: dict[str, figures.TimeSeries], x_range: tuple[float, float],
+                     warm: tuple[float, float, str] | None) -> list[str]:
+    """A chart per DCGM gauge scraped (--scrape), a line per GPU, under the latency chart on its time axis."""
+    out = []
+    for gauge in GAUGES:
+        ts = gpu.get(gauge.key)
+        if ts is None:
+            continue
+        name, _, unit = gauge.label.rpartition(" ")
+        out.append(line_chart(f"GPU telemetry over time: {name} ({gauge.name}, --scrape)",
+                              [Series(label, ts.t_s, v) for label, v in ts.values.items()], x_label="s from t0",
+                              y_label=unit, plot_id=f"gpu-{gauge.key}", x_range=x_range, shade=warm))
+    return out
 
 
 def decomposition_section(s: Summary, d: pl.DataFrame | None) -> str:
@@ -195,6 +213,7 @@ def render_run(summary: Summary, run: Run, decomposition: pl.DataFrame | None = 
         '<h2>Summary</h2><div class="row"><div>', table_html(t.overview(s), s), "</div><div>",
         table_html(t.latency(s), s), "</div></div>",
         table_html(t.errors(s), s),
+        table_html(t.telemetry(s), s),
         table_html(t.breakdown(s, "by_class"), s), table_html(t.breakdown(s, "by_model"), s),
         diagnosis_html(s),
         cdf_section(s, run),

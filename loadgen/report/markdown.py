@@ -83,8 +83,8 @@ def render_run(summary: Summary) -> str:
     lines = [f"### loadgen report: {inert(s['run'].get('name') or s['run']['path'])}", "",
              f"{code(s['run']['path'])} against {code(s['run']['target'])}", ""]
     lines += verdict_md(s)
-    for table in (t.overview(s), t.errors(s), t.latency(s), t.breakdown(s, "by_class"), t.breakdown(s, "by_model"),
-                  t.decomposition(s, COMPONENTS), t.by_prompt(s), t.server_crosscheck(s)):
+    for table in (t.overview(s), t.errors(s), t.telemetry(s), t.latency(s), t.breakdown(s, "by_class"),
+                  t.breakdown(s, "by_model"), t.decomposition(s, COMPONENTS), t.by_prompt(s), t.server_crosscheck(s)):
         lines += table_md(table, s)
     lines += diagnosis_md(s)
     lines += table_md(t.config_rows(s), s)

@@ -13,6 +13,7 @@ from typing import Any
 from dataclasses import dataclass
 
 from loadgen.analysis.summary import METRICS, STATS
+from loadgen.analysis.telemetry import GAUGES
 from loadgen.report import BREAKDOWN_COLUMNS, _f
 from loadgen.report.explain_text import split_unavailable
 from loadgen.results.folder import Summary
@@ -133,6 +134,25 @@ def errors(s: Summary) -> Table | None:
     return Table("Errors", ["count", "outcome", "kind", "text"], rows,
                  f"{e['failed']} of {e['counted']} requests failed ({100 * e['error_rate']:.1f} %), "
                  "most frequent first; credentials redacted")
+
+
+def telemetry(s: Summary) -> Table | None:
+    """The GPU figures of the --scrape endpoints (analysis/telemetry.py): mean and max per GPU and overall."""
+    tel = s.get("telemetry")
+    if not isinstance(tel, dict) or not tel.get("gpus"):
+        return None
+    rows: list[list[Cell]] = []
+    for gauge in GAUGES:
+        overall = f"telemetry.overall.{gauge.key}"
+        rows.append([gauge.label + (" (total)" if gauge.total else ""), Key(f"{overall}.mean"), Key(f"{overall}.max"),
+                     *(Key(f"telemetry.gpus.{i}.{gauge.key}.mean") for i in range(len(tel["gpus"])))])
+    rows.append(["energy J (window)", Key("telemetry.overall.energy_j"), "",
+                 *(Key(f"telemetry.gpus.{i}.energy_j") for i in range(len(tel["gpus"])))])
+    rows.append(["output tokens per J", Key("telemetry.overall.output_tokens_per_j"), "", *([""] * len(tel["gpus"]))])
+    gpus = [f"gpu {g['gpu']} mean" for g in tel["gpus"]]
+    return Table("GPU telemetry (--scrape, over the measured window)", ["", "mean", "max", *gpus], rows,
+                 "dcgm-exporter fields; power and memory overall are the GPUs' total; energy is the counter's "
+                 "increase over the window, tokens per J the window's output tokens over it")
 
 
 def latency(s: Summary) -> Table:

@@ -5,7 +5,8 @@
     requests.parquet   one row per scheduled request; times int64 ns from t0, null = did not happen
     tokens.parquet     one row per token-bearing chunk: request_id, idx, t_ns, n_tokens
     <metric>.hlog      HdrHistogram interval logs (hdr.py), a line per second
-    calibration.json, server_metrics.parquet   optional (Run.calibration(), Run.server_metrics())
+    calibration.json, server_metrics.parquet, telemetry.parquet   optional (Run.calibration(),
+                       Run.server_metrics(), Run.telemetry())
     _parts/            flushed as the run goes; merged into the files above at the end (a run killed
                        with SIGKILL leaves its parts, which read_run() still reads)
 The same files in every mode: a run split over worker processes or Ray actors keeps each share under
@@ -49,7 +50,8 @@ RESERVE = ".reserve"              # under _parts/: freed on a write failure, for
 RESERVE_BYTES = 64 * 1024         # a manifest is ~10 KB; a --workers one grows ~1 KB per worker
 # the files a results folder owns (docs/results.md): no other command may write over them (owned_by)
 OWN_FILES = ("manifest.json", "requests.parquet", "tokens.parquet", "calibration.json",
-             "server_metrics.parquet", "sim_truth.parquet", "summary.json", "decomposition.parquet")
+             "server_metrics.parquet", "telemetry.parquet", "sim_truth.parquet", "summary.json",
+             "decomposition.parquet")
 
 REQUEST_SCHEMA = {
     "request_id": pl.String, "idx": pl.Int64, "worker": pl.Int32, "warmup": pl.Boolean,
@@ -105,6 +107,7 @@ class Manifest(_ManifestRequired, total=False):
     slo: dict[str, float]   # run --slo: {key: ms} (config.slo.slo_keys), read by `report`
     calibration: str        # "calibration.json" or why there is none (end of run)
     scrape: Json            # --scrape-metrics: url, interval_s, scrapes, errors, last_error
+    telemetry: list[Json]   # --scrape: per endpoint url (redacted), interval_s, scrapes, errors, last_error
     prefix_cache: Json      # the server's prefix-cache counters over the run (probe/prefix_cache.py)
     generator: Json         # the self-check (run/selfcheck.py), end of run
     finished: Json          # monotonic_ns, unix_ns at the end of the run
@@ -136,6 +139,7 @@ class RunSummary(TypedDict):
     abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
     images: Json | None                            # analysis/summary.images: [image]'s requests, tokens charged
     replies: Json | None                           # valid JSON / valid calls (analysis/replies.py); null: none asked
+    telemetry: Json | None                         # --scrape: GPU figures (analysis/telemetry.py)
 
 
 class Explanation(TypedDict):
@@ -203,7 +207,14 @@ class Run:
 
     def server_metrics(self) -> pl.DataFrame | None:
         """server_metrics.parquet (the scraped /metrics, scrape.py), None when the run has none."""
-        p = self.path / "server_metrics.parquet" if self.path else None
+        return self._parquet("server_metrics.parquet")
+
+    def telemetry(self) -> pl.DataFrame | None:
+        """telemetry.parquet (the --scrape endpoints' samples, with `source`), None when the run has none."""
+        return self._parquet("telemetry.parquet")
+
+    def _parquet(self, name: str) -> pl.DataFrame | None:
+        p = self.path / name if self.path else None
         if p is None or not p.is_file():
             return None
         try:

@@ -92,7 +92,7 @@ def pool_warning(config: RunConfig, pool: dict | None) -> str | None:
 def run_manifest(facts: RunFacts, t0: dict, status: str = "running", reasons: list[str] | None = None,
                  pool: dict | None = None, **sections: Any) -> Manifest:
     """manifest.json. pool: pool_section at the end of a duration-bounded closed loop (None: while it runs,
-    or another run). sections: scrape, calibration, generator, finished, workers, ray (None = left out)."""
+    or another run). sections: scrape, telemetry, calibration, generator, finished, workers, ray (None = left out)."""
     config, target, schedule = facts.config, facts.target, facts.schedule
     pool = pool or pool_section(schedule, None)
     load = load_model(config)
@@ -272,8 +272,10 @@ def finish(facts: RunFacts, writer: RunWriter, t0: dict, requests: pl.DataFrame,
     if warning:
         say(progress or sys.stderr, f"WARNING: {warning}")
     scrape = next((r["scrape"] for r in records if r.get("scrape")), None)
+    telemetry = next((r["telemetry"] for r in records if r.get("telemetry")), None)
     cache = next((r["prefix_cache"] for r in records if r.get("prefix_cache")), None)
-    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, pool, scrape=scrape, prefix_cache=cache,
+    manifest = run_manifest(facts, t0, verdict.status, verdict.reasons, pool, scrape=scrape, telemetry=telemetry,
+                            prefix_cache=cache,
                             calibration=calibration_note(facts.config, path, records), generator=generator,
                             finished={"monotonic_ns": time.monotonic_ns(), "unix_ns": time.time_ns()},
                             workers=workers, ray=ray, write_error=failed_write)

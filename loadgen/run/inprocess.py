@@ -47,6 +47,7 @@ from loadgen.client.rawhttp import RawHttpTransport
 from loadgen.client.recorder import Recorder, Row
 from loadgen.client.runner import Runner
 from loadgen.client.transport import AiohttpTransport
+from loadgen.config.credentials import remember_sent, split_url
 from loadgen.config.workload import RunConfig, redact_url
 from loadgen.errors import StorageError
 from loadgen.plan.bodies import Bodies
@@ -55,7 +56,7 @@ from loadgen.plan.prompts import ApproximateTokenizer, PromptMaker
 from loadgen.plan.schedule import Schedule
 from loadgen.probe import prefix_cache
 from loadgen.probe.calibrate import fit, probe_failure, probe_record, probe_rows
-from loadgen.probe.scrape import Scraper
+from loadgen.probe.scrape import Scraper, metrics_url, telemetry_frame
 from loadgen.results import hdr
 from loadgen.results.folder import (RunWriter, parquet_bytes, requests_frame, scrub_strings, tokens_frame, write_json,
                                     write_parquet)
@@ -110,6 +111,7 @@ class Measured:
     requests: pl.DataFrame            # its rows as written (results.REQUEST_SCHEMA, times ns from t0)
     generator: dict                   # loop_lateness_ms, cpu_s, chunks, out_of_range (per metric)
     scrape: dict | None = None        # Scraper.summary(), with --scrape-metrics
+    telemetry: list[dict] | None = None   # Scraper.summary() of each --scrape endpoint
     progress_line: str = ""           # the last progress line (the ending adds the status)
     calibration_failed: str | None = None   # why this process's calibration could not run
     prefix_cache: dict | None = None  # prefix_cache.delta over the run (the first process only)
@@ -119,6 +121,7 @@ class Measured:
     def record(self) -> dict:
         """The process record the ending reads (ending.py; a worker's is its part manifest)."""
         return {"status": self.status, "t0": self.t0, "generator": self.generator, "scrape": self.scrape,
+                "telemetry": self.telemetry,
                 "calibration_failed": self.calibration_failed, "prefix_cache": self.prefix_cache,
                 "write_error": self.write_error, "pool_exhausted_at_s": self.pool_exhausted_at_s}
 
@@ -146,6 +149,10 @@ async def measure(job: Job) -> Measured:
     # are not the run's): one process reads them for the whole run.
     counts = part is None or part.worker == 0
     cache_before = await prefix_cache.snapshot(url, headers, tls) if counts else None
+    # --scrape endpoints: a first sample of each before t0, so that their samples bracket the measured
+    # window from its start (a counter's increase over it, analysis/telemetry.py); t0 is set below
+    telemetry = telemetry_scrapers(config, tls, clock.now_ns)
+    await asyncio.gather(*(sc.sample() for sc in telemetry))
     mono_now, wall_now = clock.now_ns(), time.time_ns()
     # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
     t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
@@ -165,10 +172,13 @@ async def measure(job: Job) -> Measured:
     gc.freeze()
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    # Sample /metrics during the run (bytes only; parsed afterwards).
-    scraper = (Scraper(url, t0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
+    # Sample /metrics during the run (bytes only; parsed afterwards), and every --scrape endpoint.
+    scraper = (Scraper(metrics_url(url), t0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
                if config.scrape_metrics else None)
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
+    for sc in telemetry:
+        sc.t0_ns = t0
+    telemetry_tasks = [asyncio.create_task(sc.run()) for sc in telemetry]
     try:
         async with transport:
             # --concurrency N is a closed loop of N users (closedloop.py)
@@ -203,6 +213,7 @@ async def measure(job: Job) -> Measured:
         sys.setswitchinterval(old_switch)
         gc.unfreeze()
     scrape = await _end_scrape(scraper, scrape_task, writer, progress)
+    telemetry_summary = await _end_telemetry(telemetry, telemetry_tasks, writer, progress)
     cache = prefix_cache.delta(cache_before, await prefix_cache.snapshot(url, headers, tls)) if counts else None
     rest = recorder.take_finished()
     saving(writer, lambda: hists.record_interval(rest, clock.now_ns() - t0))
@@ -227,7 +238,7 @@ async def measure(job: Job) -> Measured:
         generator["session_turns"] = {"built": len(prepared), "prepare_mean_ms": sum(prepared) / len(prepared) / 1e6,
                                       "prepare_max_ms": max(prepared) / 1e6, "impossible": shaper.turns_impossible}
     exhausted_ns = getattr(runner, "exhausted_ns", None)  # a duration-bounded closed loop's pool used up
-    return Measured(status, started, requests, generator, scrape,
+    return Measured(status, started, requests, generator, scrape, telemetry_summary,
                     _progress_line(runner, recorder, t0, len(rows), clock.now_ns), job.calibration_failed, cache,
                     writer.failure.record() if writer.failure else None,
                     (exhausted_ns - t0) / 1e9 if exhausted_ns is not None else None)
@@ -257,13 +268,44 @@ async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer
         return None
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    await scraper.final_sample()
+    await scraper.sample()
     frame = scraper.frame()
     saving(writer, lambda: write_parquet(writer.path / "server_metrics.parquet", frame))
     if scraper.errors:
         say(progress, f"warning: {scraper.errors} of {scraper.errors + scraper.scrapes} /metrics scrapes "
                       f"failed; last: {scraper.last_error}")
     return scraper.summary()
+
+
+def telemetry_scrapers(config: RunConfig, tls: ssl.SSLContext | bool, now_ns) -> list[Scraper]:
+    """A Scraper per --scrape endpoint, on the run's clock (its t0_ns set once t0 is). A URL's credentials
+    are sent as Basic auth (and scrubbed from what is written, as the target's are); the target's --header
+    values are not sent: an exporter is another host, not the target."""
+    out = []
+    for raw in config.scrape:
+        url, auth = split_url(raw)
+        remember_sent(auth)
+        out.append(Scraper(url, 0, config.scrape_interval_ns, auth, tls, now_ns=now_ns, source=redact_url(raw)))
+    return out
+
+
+async def _end_telemetry(scrapers: list[Scraper], tasks: list[asyncio.Task], writer: RunWriter,
+                         progress: TextIO | None) -> list[dict] | None:
+    """Stop the --scrape samplers, write telemetry.parquet; the manifest's `telemetry` section (None
+    without endpoints). A failing endpoint is counted and said, never fatal."""
+    if not scrapers:
+        return None
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*(sc.sample() for sc in scrapers))
+    frame = telemetry_frame(scrapers)
+    saving(writer, lambda: write_parquet(writer.path / "telemetry.parquet", frame))
+    for sc in scrapers:
+        if sc.errors:
+            say(progress, f"warning: {sc.errors} of {sc.errors + sc.scrapes} scrapes of {sc.source} failed; "
+                          f"last: {sc.last_error}")
+    return [sc.summary() for sc in scrapers]
 
 
 async def _calibrate(config: RunConfig, schedule: Schedule, backend, url: str, headers: dict, clock: Clock,

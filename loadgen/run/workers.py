@@ -89,8 +89,9 @@ def weights_of(config: RunConfig, n: int) -> list[int]:
 
 
 def worker_config(config: RunConfig, n: int, w: int) -> RunConfig:
-    """Worker w's config: its part of the run's users and slots; calibration and /metrics on worker 0."""
-    changes: dict = {} if w == 0 else {"calibrate": False, "scrape_metrics": False}
+    """Worker w's config: its part of the run's users and slots; calibration and the scrapes (the server's
+    /metrics, --scrape's endpoints) on worker 0."""
+    changes: dict = {} if w == 0 else {"calibrate": False, "scrape_metrics": False, "scrape": ()}
     if config.concurrency:
         changes["concurrency"] = split(config.concurrency, n)[w]
         changes["pool_users"] = config.concurrency  # the same plan (a duration loop's pool) in every worker
