@@ -18,24 +18,16 @@ $(STAMP): pyproject.toml setup.py
 run: install
 	$(BIN)/loadgen report "$$($(BIN)/loadgen run workloads/quickstart.toml --out results/quickstart --overwrite)"
 
-# The HTML report's browser test needs Debian's chromium (a system package: apt, as root or through sudo).
-chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "chromium is missing: installing Debian's chromium package for the HTML report's browser test"; \
+# Debian packages some tests run (apt, as root or through sudo): chromium for the HTML report's browser test,
+# prometheus for the --metrics-port test (tests/integration/test_prometheus.py starts it itself on loopback
+# with its storage in a temp dir: the package's service is not used). Each target installs its package.
+chromium prometheus:
+	@command -v $@ >/dev/null 2>&1 || { \
+	  echo "$@ is missing: installing Debian's $@ package for the tests"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get install -y -q chromium >/dev/null || { $$SUDO apt-get update -q >/dev/null && \
-	    $$SUDO apt-get install -y -q chromium >/dev/null; }; \
-	  command -v chromium >/dev/null 2>&1 || { echo "could not install chromium" >&2; exit 1; }; }
-
-# The --metrics-port test (tests/integration/test_prometheus.py) runs Debian's prometheus (apt, as chromium);
-# the test starts it itself on loopback with its storage in a temp dir: the package's service is not used.
-prometheus:
-	@command -v prometheus >/dev/null 2>&1 || { \
-	  echo "prometheus is missing: installing Debian's prometheus package for the --metrics-port test"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get install -y -q prometheus >/dev/null || { $$SUDO apt-get update -q >/dev/null && \
-	    $$SUDO apt-get install -y -q prometheus >/dev/null; }; \
-	  command -v prometheus >/dev/null 2>&1 || { echo "could not install prometheus" >&2; exit 1; }; }
+	  $$SUDO apt-get install -y -q $@ >/dev/null || { $$SUDO apt-get update -q >/dev/null && \
+	    $$SUDO apt-get install -y -q $@ >/dev/null; }; \
+	  command -v $@ >/dev/null 2>&1 || { echo "could not install $@" >&2; exit 1; }; }
 
 # Lint first (ruff, the import contracts, the type checker), then the suite. pytest exits 5 when it collects
 # nothing: make treats any non-zero exit as failure. Then the end-to-end tests against a real llama-server (make e2e);
