@@ -16,8 +16,8 @@ Contract (docs/live-metrics.md):
   still sees the last one's end.
 - figures are the measured rows' (warm-up left out) except the counts of requests (planned, due, sent,
   finished, in flight), which count every row as the progress line does (live.py).
-- after the command's last run the server lingers until one scrape has begun after the end (it sees the
-  final figures), at most twice the longest gap between the recent scrapes plus 1 s (LINGER_MAX_S at
+- after the command's last run the server lingers until one scrape begun after the end has been answered
+  (it sees the final figures), at most twice the longest gap between the recent scrapes plus 1 s (LINGER_MAX_S at
   most; LINGER_ONE_SCRAPE_S after a lone scrape); not at all when nothing scraped during the command.
 """
 from __future__ import annotations
@@ -142,6 +142,7 @@ class Exporter:
         self.runs = _Runs()
         self._cond = threading.Condition()
         self._scrape_starts: deque[float] = deque(maxlen=_GAPS_KEPT + 1)   # time.monotonic() of each
+        self._served_began = float("-inf")      # the start of the latest scrape whose answer was written
         try:
             family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         except (socket.gaierror, UnicodeError) as e:
@@ -162,11 +163,18 @@ class Exporter:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
-    def render(self) -> bytes:
+    def render(self) -> tuple[float, bytes]:
+        """(when this scrape began, time.monotonic(); the exposition)."""
+        began = time.monotonic()
         with self._cond:
-            self._scrape_starts.append(time.monotonic())
+            self._scrape_starts.append(began)
+        return began, generate_latest(self.runs)
+
+    def served(self, began: float) -> None:
+        """The scrape begun at `began` has its whole answer written: the linger may end on it."""
+        with self._cond:
+            self._served_began = max(self._served_began, began)
             self._cond.notify_all()
-        return generate_latest(self.runs)
 
     def configure(self, config: RunConfig) -> RunConfig:
         """The config with the port actually bound (port 0: the one picked), as the manifest records it."""
@@ -203,7 +211,9 @@ class Exporter:
                     wait_s = min(LINGER_MAX_S, 2 * max(gaps) + 1.0) if gaps else LINGER_ONE_SCRAPE_S
                     ended = time.monotonic()
                     say(self.progress, f"metrics: waiting up to {wait_s:.1f} s for a last scrape of {self.url}")
-                    came = self._cond.wait_for(lambda: self._scrape_starts[-1] > ended, timeout=wait_s)
+                    # a scrape begun after the end AND answered: shutting down (and the process exiting,
+                    # its daemon threads with it) as one only begins would cut its answer off
+                    came = self._cond.wait_for(lambda: self._served_began > ended, timeout=wait_s)
             if not came:
                 say(self.progress, f"metrics: no scrape came within {wait_s:.1f} s of the end: a scraper may "
                                    f"have missed the final figures")
@@ -221,13 +231,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         if self.path.split("?")[0] != "/metrics":
             body, ctype, code = b"loadgen: the metrics are at /metrics\n", "text/plain; charset=utf-8", 404
+            began = None
         else:
-            body, ctype, code = self.exporter.render(), CONTENT_TYPE, 200
+            began, body = self.exporter.render()
+            ctype, code = CONTENT_TYPE, 200
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        self.wfile.flush()
+        if began is not None:
+            self.exporter.served(began)
 
     def log_message(self, format: str, *args) -> None:  # a scrape is not progress: nothing on stderr
         pass

@@ -53,6 +53,13 @@ def value(base: str, expr: str) -> float:
     return float(result[0]["value"][1])
 
 
+def targets(base: str) -> list[tuple[str, str, str]]:
+    """Each target's (job, health, last error): what Prometheus says of its scrapes, for a failure's message."""
+    with urllib.request.urlopen(f"{base}/api/v1/targets", timeout=10) as r:
+        active = orjson.loads(r.read())["data"]["activeTargets"]
+    return [(t["labels"]["job"], t["health"], t["lastError"]) for t in active]
+
+
 @pytest.fixture
 def prometheus(tmp_path):
     """(Prometheus's base URL, the port loadgen's metrics must use, the simulator's URL)."""
@@ -86,6 +93,16 @@ scrape_configs:
                 time.sleep(0.1)
         else:
             pytest.fail("prometheus not ready in 60 s:\n" + (tmp_path / "prometheus.log").read_text())
+        # Ready is not scraping: Prometheus hands discovered targets to its scrape loops at most every 5 s, so
+        # a run begun at once can end before the first scrape (CI: `up` never 1). The premise of the test is a
+        # Prometheus already scraping: wait until the simulator's target has been scraped up (at most 60 s).
+        for _ in range(600):
+            if any(r["value"][1] == "1" for r in query(base, 'up{job="sim"}')):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"prometheus did not scrape the simulator in 60 s: {targets(base)}\n"
+                        + (tmp_path / "prometheus.log").read_text())
         yield base, port, sim_url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)   # its own process group: this PID only
@@ -110,7 +127,7 @@ def test_prometheus_holds_the_runs_own_figures(tmp_path, prometheus):
     assert manifest["config"]["metrics_port"] == port
     run = f'run_id="{manifest["run_id"]}"'
     # the premise: Prometheus scraped loadgen during the run, and once more after its final Snapshot
-    assert value(base, 'max_over_time(up{job="loadgen"}[10m])') == 1
+    assert value(base, 'max_over_time(up{job="loadgen"}[10m])') == 1, targets(base)
     assert value(base, f"last_over_time(loadgen_run_ended{{{run}}}[10m])") == 1, p.stderr
 
     def last(name: str, sel: str = "") -> float:

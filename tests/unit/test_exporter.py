@@ -2,8 +2,10 @@
 HTTP server on a free loopback port: the text parses with prometheus_client's parser, the names and labels
 are the documented ones, the buckets are cumulative and end at the count, no credential of the target
 shows, the run's end is marked, and a bad port or host is a ConfigError naming the flag."""
+import io
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -124,6 +126,34 @@ def test_close_waits_for_a_scrape_after_the_end():
     assert came == [True]
     with pytest.raises(OSError):
         scrape(e.url)   # stopped
+
+
+def test_close_waits_until_the_last_scrape_is_answered(monkeypatch):
+    """The linger ends on a scrape's answer written, not on its start: the command's process exits right
+    after close(), and its daemon threads with it, so an answer still being rendered would be cut off (CI:
+    Prometheus never saw loadgen_run_ended = 1)."""
+    progress = io.StringIO()
+    e = Exporter("127.0.0.1", 0, progress=progress)
+    scrape(e.url)
+    scrape(e.url)
+    e._scrape_starts.appendleft(e._scrape_starts[0] - 10)   # as if 10 s apart: the linger is 21 s, not ~1 s
+    release, real = threading.Event(), exporter_module.generate_latest
+    monkeypatch.setattr(exporter_module, "generate_latest", lambda reg: (release.wait(30), real(reg))[1])
+    came, answers = [], []
+    closer = threading.Thread(target=lambda: came.append(e.close()))
+    closer.start()
+    while "waiting up to" not in progress.getvalue():   # close() has taken the end's time
+        time.sleep(0.01)
+    scraper = threading.Thread(target=lambda: answers.append(scrape(e.url)))
+    scraper.start()
+    while len(e._scrape_starts) < 4:                      # that scrape began (after the end) ...
+        time.sleep(0.01)
+    time.sleep(1.0)                                       # > serve_forever's 0.5 s poll: a shutdown would end
+    assert closer.is_alive() and not answers             # ... and is not answered yet: close() still waits
+    release.set()
+    closer.join(30)
+    scraper.join(30)
+    assert came == [True] and len(answers) == 1
 
 
 def test_close_without_a_scrape_after_the_end_says_so(monkeypatch):
