@@ -28,7 +28,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypedDict, get_origin, get_type_hints
@@ -66,13 +66,17 @@ REQUEST_SCHEMA = {
     # the [[mix]] class's name (null: no mix), the model the body named, the priority it sent (null: none)
     "class": pl.String, "model": pl.String, "priority": pl.Int64,
     "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,  # null = not judged
+    # agentic sessions: 0 = sends a user message, k >= 1 = the k-th request in a row carrying tool results
+    # (null: not agentic, or never built); the tool latency it waited after the previous reply (tool rounds)
+    "tool_round": pl.Int64, "tool_latency_ns": pl.Int64,
 }
 # read_run fills them (null) in an older folder
 _ADDED = {"cached_tokens": pl.Int64, "first_answer_ns": pl.Int64, "reasoning_tokens": pl.Int64,
           "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,
           "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,
           "class": pl.String, "model": pl.String, "priority": pl.Int64,
-          "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String}
+          "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,
+          "tool_round": pl.Int64, "tool_latency_ns": pl.Int64}
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -223,7 +227,16 @@ class Run:
             raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
-_GET = {k: attrgetter("mix_class" if k == "class" else k) for k in REQUEST_SCHEMA}  # `class`: a keyword
+_GET: dict[str, Callable[[Row], Any]] = {k: attrgetter("mix_class" if k == "class" else k)  # `class`: a keyword
+                                        for k in REQUEST_SCHEMA}
+
+
+def _waited_tool_latency(row: Row) -> int | None:
+    # a row holds its drawn tool latency until the runner builds it; only a tool round waited it
+    return row.tool_latency_ns if row.tool_round else None
+
+
+_GET["tool_latency_ns"] = _waited_tool_latency
 
 
 def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
