@@ -143,6 +143,7 @@ class RunSummary(TypedDict):
     abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
     images: Json | None                            # analysis/summary.images: [image]'s requests, tokens charged
     replies: Json | None                           # valid JSON / valid calls (analysis/replies.py); null: none asked
+    agentic: Json | None                           # tool rounds of agentic sessions (analysis/agentic.py); null: none
     telemetry: Json | None                         # --scrape: GPU figures (analysis/telemetry.py)
 
 

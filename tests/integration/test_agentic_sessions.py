@@ -7,7 +7,7 @@ import orjson
 import polars as pl
 
 from loadgen.results.folder import read_run
-from tests.integration.conftest import loadgen, skip_if_host_stalled, workload
+from tests.integration.conftest import loadgen, report_json, skip_if_host_stalled, workload
 
 SESSIONS, TURNS, MAX_ROUNDS = 6, 6, 2
 LATENCY_MIN_MS = 100
@@ -89,6 +89,20 @@ def test_every_reply_calls_until_the_bound(tmp_path):
     # every reply calls: 0, 1, 2, then the bound sends a user message (the call as text), 1, 2
     assert rounds == [0, 1, 2, 0, 1, 2] * SESSIONS
     assert rows.filter(pl.col("tool_round") > 0)["tool_call_ids"].is_not_null().all()
+    # the summary's section is the rows' (and the plan's draws)
+    a = report_json(str(out))["agentic"]
+    n = SESSIONS * TURNS
+    assert a["requests"] == n and a["user_turns"] == n // 3 and a["tool_rounds"] == 2 * n // 3 and a["not_built"] == 0
+    assert a["by_round"] == {"0": n // 3, "1": n // 3, "2": n // 3}
+    waits = [plan[i]["tool_latency_ns"] / 1e6 for i, k in enumerate(rounds) if k]
+    assert a["tool_latency_ms"]["max"] == max(waits)
+    assert abs(a["tool_latency_ms"]["mean"] - sum(waits) / len(waits)) < 1e-6
+    for k in (0, 1, 2):
+        mine = rows.filter(pl.col("tool_round") == k)["truth_prompt"]
+        assert a["prompt_tokens_mean"][str(k)] == sum(mine) / len(mine)
+    assert a["ttft_ms"]["tool_rounds"]["p50"] is not None and a["ttft_ms"]["user_turns"]["p50"] is not None
+    text = loadgen("report", str(out)).stdout
+    assert f"agentic    {n} requests: {n // 3} user turns, {2 * n // 3} tool rounds" in text, text
 
 
 def test_a_share_of_replies_call_and_sessions_go_on_either_way(tmp_path):
