@@ -259,3 +259,22 @@ def test_the_simulators_tool_call_share_under_auto():
         assert all(sim_structured.plan(body, f"req-{i}", 0.0, 1.0) for i in range(50))
     forced = {"tools": tools, "tool_choice": "required"}
     assert all(sim_structured.plan(forced, f"req-{i}", 0.0, 0.0) for i in range(50))  # required: always a call
+
+
+def test_compare_names_other_tool_settings_as_other_work(tmp_path):
+    import polars as pl
+
+    from loadgen.analysis.compare import same_work, work_of
+
+    req = pl.DataFrame({"planned_prompt_tokens": [10, 20], "max_tokens": [8, 8], "prompt_tokens": [10, 20],
+                        "cached_tokens": [None, None], "outcome": ["ok", "ok"], "warmup": [False, False]})
+
+    def work(session):
+        manifest = {"config": {"model": "m", "api": "chat", "session": session}, "schedule": {}}
+        return work_of(manifest, req)  # type: ignore[arg-type]
+
+    plain = {"turns": {"value": 3}, "think_ms": {"value": 100}, "max_tool_rounds": 0}
+    agentic = {**plain, "max_tool_rounds": 2, "tool_latency_ms": {"value": 200}, "tool_result_tokens": {"value": 64}}
+    assert same_work(work(plain), work(dict(plain))) == [] and same_work(work(agentic), work(dict(agentic))) == []
+    for other in (plain, {**agentic, "max_tool_rounds": 3}, {**agentic, "tool_latency_ms": {"value": 50}}):
+        assert [d["field"] for d in same_work(work(agentic), work(other))] == ["agentic"], other
