@@ -28,7 +28,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypedDict, get_origin, get_type_hints
@@ -228,23 +228,16 @@ class Run:
             raise ResultsError(f"{p}: unreadable: {e}") from None
 
 
-_GET: dict[str, Callable[[Row], Any]] = {k: attrgetter("mix_class" if k == "class" else k)  # `class`: a keyword
-                                        for k in REQUEST_SCHEMA}
-
-
-def _waited_tool_latency(row: Row) -> int | None:
-    # a row holds its drawn tool latency until the runner builds it; only a tool round waited it
-    return row.tool_latency_ns if row.tool_round else None
-
-
-_GET["tool_latency_ns"] = _waited_tool_latency
+_GET = {k: attrgetter("mix_class" if k == "class" else k) for k in REQUEST_SCHEMA}  # `class`: a keyword
+# a row holds its drawn tool latency until the runner builds it: only a tool round (>= 1) waited it
+_WAITED = pl.when(pl.col("tool_round") > 0).then(pl.col("tool_latency_ns")).alias("tool_latency_ns")
 
 
 def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
     # Column by column (one C-level pass over the rows each); times made relative to t0 by Polars (null
     # stays null). Runs in the flush thread every FLUSH_EVERY_TICKS: its Python work is the loop's too (GIL).
     frame = pl.DataFrame({k: list(map(get, rows)) for k, get in _GET.items()}, schema=REQUEST_SCHEMA)
-    return frame.with_columns(pl.col(f) - t0_ns for f in TIME_FIELDS)
+    return frame.with_columns(*(pl.col(f) - t0_ns for f in TIME_FIELDS), _WAITED)
 
 
 _CHUNK_T, _CHUNK_TOKENS = attrgetter("chunk_t_ns"), attrgetter("chunk_tokens")
