@@ -88,6 +88,11 @@ def test_the_plan_draws_a_tool_latency_and_result_length_for_every_later_turn(tm
     ('max_tool_rounds = 1\ntool_latency_ms = { dist = "normal", mean = 5 }', "session.tool_latency_ms"),
     ('max_tool_rounds = 1\ntool_result_tokens = "lots"', "session.tool_result_tokens: must be N or MIN..MAX"),
     ("max_tool_rounds = 1\ntool_rounds = 3", "session.tool_rounds: unknown key"),
+    # ns must fit an int64: larger waits wrapped around silently (think_ms too)
+    ("max_tool_rounds = 1\ntool_latency_ms = 100000000000000", "session.tool_latency_ms: draws up to"),
+    ('max_tool_rounds = 1\ntool_latency_ms = { dist = "uniform", min = 1, max = 86400001 }',
+     "session.tool_latency_ms: draws up to 86400001 ms: at most 86400000 ms"),
+    ("think_ms = 100000000000000", "session.think_ms: draws up to 100000000000000 ms: at most 86400000 ms"),
 ])
 def test_hostile_session_values_are_named(tmp_path, session_keys, problem):
     extra = f"""
