@@ -118,6 +118,8 @@ def work_of(manifest: Manifest, req: pl.DataFrame) -> dict:
             "ignore_eos": (c.get("extra_body") or {}).get("ignore_eos"),
             # tools / response_format asked (config/structured.py): decoding by a grammar is other work
             "structured": c.get("structured"),
+            # agentic sessions: how many tool rounds in a row, the tools' latencies and results (design.md)
+            "agentic": _agentic(c.get("session")),
             "prompt_tokens": dist("planned_prompt_tokens"),
             "rate": (manifest.get("schedule") or {}).get("configured_rate_per_s"),
             "arrival_process": (c.get("arrivals") or {}).get("process"),
@@ -128,6 +130,12 @@ def work_of(manifest: Manifest, req: pl.DataFrame) -> dict:
             "prefix_cache_hit_rate": prefix_cache.measured_rate(manifest, req)[0]}
 
 
+def _agentic(session: dict | None) -> dict | None:
+    if not session or not session.get("max_tool_rounds"):
+        return None
+    return {k: session.get(k) for k in ("max_tool_rounds", "tool_latency_ms", "tool_result_tokens")}
+
+
 def _rel_differs(a, b, tol: float) -> bool:
     if a is None or b is None:
         return a != b
@@ -136,8 +144,8 @@ def _rel_differs(a, b, tol: float) -> bool:
 
 def same_work(a: dict, b: dict) -> list[dict]:
     diffs = []
-    for f in ("model", "api", "max_tokens", "ignore_eos", "structured", "arrival_process", "burstiness", "load",
-              "requests"):
+    for f in ("model", "api", "max_tokens", "ignore_eos", "structured", "agentic", "arrival_process", "burstiness",
+              "load", "requests"):
         if a.get(f) != b.get(f):
             diffs.append({"field": f, "a": a.get(f), "b": b.get(f)})
     for f in ("prompt_tokens", "max_tokens_realized"):

@@ -25,7 +25,7 @@ import polars as pl
 
 from loadgen.results import hdr
 from loadgen import metrics
-from loadgen.analysis import abandon, completeness, failures, prefix_cache, replies, telemetry
+from loadgen.analysis import abandon, agentic, completeness, failures, prefix_cache, replies, telemetry
 from loadgen.results.folder import Json, ResultsError, Run, RunSummary
 
 METRICS = ("send_lag", "ttft", "ttfa", "ttft_from_send", "itl", "tpot", "e2e", "connect", "slot_wait")
@@ -105,6 +105,7 @@ def summarize(run: Run) -> RunSummary:
         "abandoned": abandon.section(run, req),      # [abandon]: what was cut, did the server free the slots
         "images": images(req),                       # [image]: what was sent, what the server charged
         "replies": replies.section(run),  # valid JSON / valid tool calls (replies.py); null: none asked
+        "agentic": agentic.section(run),  # agentic sessions: user turns, tool rounds, their waits (agentic.py)
         # --scrape endpoints: GPU figures over the same window as the throughput (telemetry.py)
         "telemetry": telemetry.section(run.telemetry(), start_ns, end_ns, output_tokens),
     }

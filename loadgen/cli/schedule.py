@@ -43,7 +43,8 @@ def command(args: argparse.Namespace) -> int:
             write_out(out, parquet_bytes(pl.DataFrame(records, schema={
                 "request_id": pl.String, "intended_ns": pl.Int64, "prompt_tokens": pl.Int64, "max_tokens": pl.Int64,
                 "prefix_group": pl.Int64, "session": pl.Int64, "turn": pl.Int64, "after": pl.Int64,
-                "think_ns": pl.Int64, "mix_class": pl.Int64, "warmup": pl.Boolean})))
+                "think_ns": pl.Int64, "mix_class": pl.Int64, "warmup": pl.Boolean,
+                "tool_latency_ns": pl.Int64, "tool_tokens": pl.Int64})))
         else:
             write_out(out, b"".join(orjson.dumps(r) + b"\n" for r in records))
         print(out)

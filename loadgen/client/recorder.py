@@ -74,7 +74,11 @@ class Row:
                  # the priority sent (None = none sent)
                  "mix_class", "model", "priority",
                  # the reply judged against the workload's tools / response_format (backends/replies.py)
-                 "reply_valid", "tool_calls", "reply_problem")
+                 "reply_valid", "tool_calls", "reply_problem",
+                 # agentic sessions: its tool round (0 = a user message, k = the k-th request in a row carrying
+                 # tool results; None = not agentic or never built) and the tool latency it waits (a tool
+                 # round's; the plan's draw until the runner knows)
+                 "tool_round", "tool_latency_ns")
     # Annotations only (no class attributes: the slots hold the values). Times are absolute monotonic ns.
     idx: int
     request_id: str
@@ -123,6 +127,8 @@ class Row:
     reply_valid: bool | None       # the reply is what was asked (valid JSON / valid calls); None: not judged
     tool_calls: int | None         # calls in the reply; None: no tools were sent (or the row is not ok)
     reply_problem: str | None      # why reply_valid is False: "<kind>: <detail>"
+    tool_round: int | None
+    tool_latency_ns: int | None
 
     def __init__(self, idx: int, request_id: str, intended_ns: int, planned_prompt_tokens: int,
                  max_tokens: int, warmup: bool = False, worker: int = 0):
@@ -145,6 +151,7 @@ class Row:
         self.images = self.image_width = self.image_height = None
         self.mix_class = self.model = self.priority = None
         self.reply_valid = self.tool_calls = self.reply_problem = None
+        self.tool_round = self.tool_latency_ns = None
 
     def fail(self, outcome: str, kind: str, detail: str | None = None) -> None:
         # The first failure wins: a timeout that follows a reset is still a reset.

@@ -25,10 +25,12 @@ Contract:
   started become `cancelled`. Every row gets exactly one outcome;
 - session turns: a row with `after` = the idx of an earlier row is skipped by the dispatch
   loop; when that row finishes ok, this row's body is rebuilt by `next_body(i, prev_row, prev_reads) ->
-  (body, planned_prompt_tokens)` (the history; with next_body_blocks, when it asks the server to count
+  (body, planned_prompt_tokens[, tool_round])` (the history; with next_body_blocks, when it asks the server to count
   the messages, it runs in a thread of its own, one turn at a time, never on the event loop; otherwise
   it is quick and runs on the loop), and its intended_ns becomes
-  max(done_ns + think_ns, the time its body was ready): the client's preparation is never counted in the
+  max(done_ns + think_ns, the time its body was ready) (a tool round k >= 1 of an agentic session:
+  done_ns + tool_latency_ns, the tool's drawn latency, instead of think_ns; row.tool_round says which,
+  row.tool_latency_ns is kept only for a tool round): the client's preparation is never counted in the
   turn's latency, and delays the turn only when it takes longer than the think time (`prepare_ns`
   holds how long each took). It is then dispatched like any other (same concurrency cap). If the
   earlier row failed, or its body could not be built, the rest of the conversation is `dropped`
@@ -47,6 +49,7 @@ from array import array
 from concurrent.futures import ThreadPoolExecutor
 from collections import deque
 from collections.abc import Callable, MutableSequence, Sequence
+from typing import Any
 
 from loadgen.client.backends.base import Backend
 from loadgen.client.clock import Clock
@@ -56,8 +59,10 @@ from loadgen.client.offload import OFFLOAD_READS, in_worker
 from loadgen.client.transport import Response, Transport, TransportError
 from loadgen.config.options import default
 
-# next_body(i, prev_row, prev_reads) -> (row i's body, its planned prompt tokens): a session's next turn
-NextBody = Callable[[int, Row, list[bytes]], tuple[bytes, int]]
+# next_body(i, prev_row, prev_reads) -> (row i's body, its planned prompt tokens[, its tool round]): a
+# session's next turn; a tool round k >= 1 (an agentic session's request that carries tool results) is due
+# its tool_latency_ns after prev_row's end instead of its think_ns (plan/bodies.py next_turn)
+NextBody = Callable[[int, Row, list[bytes]], tuple[Any, ...]]
 
 
 class Runner:
@@ -324,27 +329,33 @@ class Runner:
 
     async def _dispatch_turn(self, j: int, prev: Row, reads: list[bytes]) -> None:
         nxt = self.rows[j]
-        due_ns = prev.done_ns + nxt.think_ns  # type: ignore[operator]  # a finished row has done_ns
+        built: tuple[Any, ...] | None = None
+        ready_ns: int | None = None
         if self.next_body is not None and self._prepare is not None:
             begin_ns = self.clock.now_ns()
             try:
-                body, planned = await asyncio.get_running_loop().run_in_executor(
-                    self._prepare, self.next_body, j, prev, reads)
+                built = await asyncio.get_running_loop().run_in_executor(self._prepare, self.next_body, j, prev, reads)
             except Exception as e:  # noqa: BLE001 - any failure to build the body still yields the rows
                 self._drop_from(j, f"the body of turn {nxt.turn} could not be built: {type(e).__name__}: {e}")
                 return
             ready_ns = self.clock.now_ns()
             self.prepare_ns.append(ready_ns - begin_ns)
-            nxt.planned_prompt_tokens, self.bodies[j] = planned, body
-            due_ns = max(due_ns, ready_ns)
         elif self.next_body is not None:
             try:
-                body, nxt.planned_prompt_tokens = self.next_body(j, prev, reads)
+                built = self.next_body(j, prev, reads)
             except Exception as e:  # noqa: BLE001 - as above
                 self._drop_from(j, f"the body of turn {nxt.turn} could not be built: {type(e).__name__}: {e}")
                 return
-            self.bodies[j] = body
-        nxt.intended_ns = due_ns
+        if built is not None:
+            self.bodies[j], nxt.planned_prompt_tokens = built[0], built[1]
+            nxt.tool_round = built[2] if len(built) > 2 else None
+        wait_ns = nxt.think_ns
+        if nxt.tool_round:  # a tool round: the tool's latency, from the reply's end
+            wait_ns = nxt.tool_latency_ns or 0
+        else:
+            nxt.tool_latency_ns = None  # waited only by a tool round
+        due_ns = prev.done_ns + wait_ns  # type: ignore[operator]  # a finished row has done_ns
+        nxt.intended_ns = due_ns if ready_ns is None else max(due_ns, ready_ns)
         await self.clock.sleep_until(self.rows[j].intended_ns)
         if self.max_concurrency and len(self.in_flight) >= self.max_concurrency:
             self.waiting.append((j, self.clock.now_ns()))

@@ -9,13 +9,18 @@ from typing import Any
 
 from loadgen.config.credentials import url_problems
 from loadgen.config.kinds import INT64_MAX, is_file, is_number
-from loadgen.config.lengths import MAX_VALUE, Lengths
+from loadgen.config.lengths import DEFAULT_MAX, MAX_VALUE, Lengths
 from loadgen.config.options import OPTIONS, TRACE_FORMATS
 from loadgen.config.runconfig import (IMAGE_FILLS, AbandonSpec, ImageSpec, MixClass, PrefixSpec, RunConfig,
                                       SessionSpec, TraceSpec)
 from loadgen.config.sections import Reader
 from loadgen.config.slo import split_slo_key
 from loadgen.config.units import parse_duration_ns
+
+MAX_WAIT_MS = 86_400_000   # [session] think_ms / tool_latency_ms: the longest wait, a day
+MAX_TOOL_ROUNDS = 64        # [session] max_tool_rounds: tool-result requests in a row, at most
+TOOL_LATENCY_MS = 200       # [session] tool_latency_ms when not given (an agentic session)
+TOOL_RESULT_TOKENS = 64     # [session] tool_result_tokens when not given
 
 
 def trace(r: Reader) -> TraceSpec | None:
@@ -155,8 +160,57 @@ def session(r: Reader) -> SessionSpec | None:
     if turns is None:
         r.bad("session.turns", "missing: how many turns per conversation (e.g. 4 or a distribution)")
         turns = Lengths(value=1)
-    think = r.lengths("session.think_ms") if "think_ms" in s else Lengths(value=1000)
-    return SessionSpec(turns, think)
+    think = _wait_ms(r, "session.think_ms", r.lengths("session.think_ms")) if "think_ms" in s else Lengths(value=1000)
+    agentic = [k for k in ("max_tool_rounds", "tool_latency_ms", "tool_result_tokens") if k in s]
+    if not agentic:
+        return SessionSpec(turns, think)
+    rounds = r.integer("session.max_tool_rounds", None, 1, maximum=MAX_TOOL_ROUNDS) if "max_tool_rounds" in s else None
+    if "max_tool_rounds" not in s:
+        r.bad("session.max_tool_rounds", f"missing: {' and '.join(agentic)} make an agentic session, which "
+              f"needs max_tool_rounds (the most tool-result requests in a row, 1..{MAX_TOOL_ROUNDS})")
+    latency = (_wait_ms(r, "session.tool_latency_ms", r.lengths("session.tool_latency_ms")) if "tool_latency_ms" in s
+               else Lengths(value=TOOL_LATENCY_MS))
+    results = (r.lengths("session.tool_result_tokens") if "tool_result_tokens" in s
+               else Lengths(value=TOOL_RESULT_TOKENS))
+    return SessionSpec(turns, think, rounds or 1, latency, results)
+
+
+def _wait_ms(r: Reader, key: str, spec: Lengths) -> Lengths:
+    """A wait in ms ([session] think_ms, tool_latency_ms): its largest draw at most MAX_WAIT_MS (its ns must
+    fit an int64: a larger one wrapped around, silently)."""
+    if spec.dist == "fixed":
+        top = spec.value
+    elif spec.dist == "uniform":
+        top = spec.max
+    elif spec.dist == "cycle":
+        top = max(spec.values, default=0)
+    else:  # every other draw is clipped to max (or the default bound, which is below the limit)
+        top = min(max(spec.values, default=0), spec.max or DEFAULT_MAX) if spec.values else spec.max or DEFAULT_MAX
+    if top > MAX_WAIT_MS:
+        r.bad(key, f"draws up to {top} ms: at most {MAX_WAIT_MS} ms (a day) is allowed")
+        return Lengths(value=1)
+    return spec
+
+
+def _agentic_across(r: Reader, config: RunConfig) -> None:
+    """An agentic session sends the workload's tools to the chat API of the openai backend, which the
+    model may call (tool_choice not "none")."""
+    s = config.session
+    if s is None or not s.agentic:
+        return
+    st = config.structured
+    if config.backend != "openai" or config.api != "chat":
+        r.bad("session.max_tool_rounds", f"tool rounds send tool calls and results as chat messages: needs "
+              f"backend = \"openai\" and api = \"chat\" (got {config.backend}, {config.api})")
+    if st is None or not st.has_tools:
+        r.bad("session.max_tool_rounds", "an agentic session needs tools the model can call: set [request] "
+              "tools (a file, or { generate = N, parameters = M })")
+    elif st.tool_choice == "none":
+        r.bad("session.max_tool_rounds", "tool_choice = \"none\" forbids every call: no tool round could happen "
+              "(use \"auto\", \"required\" or a function's name)")
+    if config.image is not None:
+        r.bad("image", "images ride on a user message, and an agentic session's tool rounds send none: [image] "
+              "and [session] max_tool_rounds cannot be combined")
 
 
 def abandon(r: Reader) -> AbandonSpec | None:
@@ -232,6 +286,7 @@ def across(r: Reader, config: RunConfig) -> None:
         r.bad("prefix.tokens", f"must be less than prompt.tokens ({config.prompt_tokens.value}): "
               f"the prefix is part of the prompt")
     _mix_across(r, config)
+    _agentic_across(r, config)
 
 
 def _mix_across(r: Reader, config: RunConfig) -> None:

@@ -56,8 +56,18 @@ class PrefixSpec:
 
 @dataclass(frozen=True)
 class SessionSpec:
-    turns: Lengths
-    think_ms: Lengths
+    turns: Lengths                  # requests per conversation (agentic: tool rounds included)
+    think_ms: Lengths               # wait after a reply before the next user message
+    # agentic sessions (max_tool_rounds >= 1; 0 = off): a reply with tool calls is answered by a request
+    # carrying one `role: tool` result per call, tool_latency_ms after that reply's end; at most
+    # max_tool_rounds such requests in a row (plan/bodies.py, client/runner.py)
+    max_tool_rounds: int = 0
+    tool_latency_ms: Lengths | None = None   # the tool's latency, drawn per request (None: not agentic)
+    tool_result_tokens: Lengths | None = None  # tokens of a request's tool results, drawn per request
+
+    @property
+    def agentic(self) -> bool:
+        return self.max_tool_rounds > 0
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ KEYS = {
     "prompt": {"tokens", "tokenizer", "tokenizer_file", "dataset", "salt"},
     "trace": {"file", "format", "time_scale", "rate", "start", "limit", "skip_bad_rows", "lengths"},
     "prefix": {"tokens", "groups", "fraction"},
-    "session": {"turns", "think_ms"},
+    "session": {"turns", "think_ms", "max_tool_rounds", "tool_latency_ms", "tool_result_tokens"},
     "abandon": {"share", "after_ms", "after_tokens"},
     "image": {"share", "count", "width", "height", "fill"},
     "output": {"tokens"},

@@ -86,8 +86,12 @@ Production-shaped workloads add:
 
     [session]                      # multi-turn: each arrival starts a conversation; [prompt] tokens
                                    # is then each turn's new user message (prefix and history on top)
-    turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1
+    turns = { dist = "uniform", min = 2, max = 6 }   # any length form; >= 1 (requests, tool rounds included)
     think_ms = { dist = "lognormal", median = 3000, sigma = 0.5 }  # think time after each reply
+    max_tool_rounds = 3            # agentic (optional; [request] tools, chat): a reply's tool calls are
+                                   # answered by the next request, at most this many in a row (1..64)
+    tool_latency_ms = 300          # the tool's latency before that request (any length form; default 200)
+    tool_result_tokens = 128       # the tool results' tokens (any length form; default 64)
 
     [abandon]                      # users who give up: a share of requests cut off (outcome abandoned)
     share = 0.2                    # each request abandoned with this probability (drawn from the seed)

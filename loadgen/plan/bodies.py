@@ -21,6 +21,15 @@ the last user message's text is fitted to it (PromptMaker.fit_last); shared piec
   of u_t, and every turn's usage.prompt_tokens equals its plan; when the history alone already counts
   more, u_t is empty and the turn's count is off (prompt_checks.impossible; the run's verdict says so).
   ShareGPT turns (a dataset's text) are sent as they are.
+- an agentic session (Schedule.max_tool_rounds > 0; docs/design.md "Agentic sessions"): when the reply
+  r_(t-1) streamed tool calls and fewer than max_tool_rounds tool rounds came just before, turn t sends
+  instead the history + r_(t-1) as an assistant message with its `tool_calls` (ids, names, arguments as
+  streamed: backend.reply_message) + one `role: tool` message per call, in the calls' order: results
+  of tool_tokens[t] tokens in all, deterministic from (seed, salt, t), the first calls an equal share
+  each, the last fitted so that the whole list counts previous planned + its output + tool_tokens[t];
+  a reply with calls past the bound goes back as its text (name and arguments, no tool_calls), and
+  turn t is then the next user message, as after a reply without calls. next_turn returns the turn's
+  tool round (0: a user message; k: the k-th tool round in a row), which the runner times by.
 
 Images ([image]): row i's n images, generated from (seed, salt, i) (plan/images.py), are content parts of
 its last user message after the text; the text is fitted as without them (the planned prompt counts text
@@ -55,8 +64,10 @@ class Bodies:
         self._prefix: dict[int, str] = {}
         self._blocks: dict[tuple[int, int], str] = {}
         self.user_text: list[str] = []
-        # session history per row that has a next turn: list of (role, text); filled at run time
-        self._history: dict[int, list[tuple[str, str]]] = {}
+        # session history per row that has a next turn: its message list (chat messages: role, content,
+        # an assistant's tool_calls, a tool result's tool_call_id); filled at run time
+        self._history: dict[int, list[dict]] = {}
+        self._round: dict[int, int] = {}  # agentic sessions: row -> its tool round (next_turn)
         self.turns_impossible = 0  # next_turn: turns whose history alone counted more than planned
 
     @property
@@ -90,7 +101,7 @@ class Bodies:
             prefix = self._prefix_of(i)
             own = self._own_text(i, prefix)
             self.user_text.append(own)
-            out.append(self._body(i, prefix, [("user", own)]))
+            out.append(self._body(i, prefix, [{"role": "user", "content": own}]))
         return out
 
     def _prefix_of(self, i: int) -> str:
@@ -130,13 +141,12 @@ class Bodies:
         # included (prompts.py).
         return self.maker.text(n, self._rng(0, i), whole=True)
 
-    def _body(self, i: int, prefix: str, messages: list[tuple[str, str]]) -> bytes:
+    def _body(self, i: int, prefix: str, messages: list[dict]) -> bytes:
         # The prefix is a system message; a completions-style endpoint gets the contents joined by
         # newlines (backends.joined), prefix first. Row i's [[mix]] class gives its model and priority;
         # its images ([image]) go with its last user message, after its text, as OpenAI content parts (a
         # session's earlier turns are resent as text only).
-        msgs: list[dict] = ([{"role": "system", "content": prefix}] if prefix else []) + [
-            {"role": role, "content": text} for role, text in messages]
+        msgs: list[dict] = ([{"role": "system", "content": prefix}] if prefix else []) + [dict(m) for m in messages]
         n = int(self.s.images[i])
         if n:
             w, h, fill = int(self.s.image_width[i]), int(self.s.image_height[i]), self.image_fill or "noise"
@@ -147,24 +157,54 @@ class Bodies:
         return self.backend.body_messages(msgs, int(self.s.max_tokens[i]), model=cls.model if cls else None,
                                           priority=cls.priority if cls else None)
 
-    def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int]:
-        """Body of row j, the turn after prev_row, built when prev_row's reply is complete; and its
-        planned prompt tokens: prev_row's planned prompt + its reply's usage count + new_tokens[j], which
-        the whole message list is fitted to (module docstring). May ask the server to count (a blocking
+    def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int, int | None]:
+        """Body of row j, the turn after prev_row, built when prev_row's reply is complete; its planned
+        prompt tokens: prev_row's planned prompt + its reply's usage count + what row j adds (new_tokens[j]
+        of user text, or tool_tokens[j] of tool results), which the whole message list is fitted to (module
+        docstring); and its tool round (None: not an agentic session; 0: it sends a user message; k >= 1:
+        the k-th request in a row that answers tool calls). May ask the server to count (a blocking
         /tokenize): the runner calls it off its event loop, one turn at a time."""
         s, p = self.s, prev_row.idx
-        history = self._history.pop(p, [("user", self.user_text[p])]) + [
-            ("assistant", self.backend.reply_text(prev_reads))]
-        planned = int(prev_row.planned_prompt_tokens) + int(prev_row.output_tokens or 0) + int(s.new_tokens[j])
+        history = self._history.pop(p, None) or [{"role": "user", "content": self.user_text[p]}]
+        prev_round = self._round.pop(p, 0)
         prefix = self._prefix_of(j)
+        context = [{"role": "system", "content": prefix}] if prefix else []
+        if s.max_tool_rounds:
+            reply = self.backend.reply_message(prev_reads)
+            if reply.get("tool_calls") and prev_round < s.max_tool_rounds:
+                return self._tool_round(j, prev_row, prefix, context, history + [reply], prev_round + 1)
+        # A reply without calls, or one past max_tool_rounds (its calls resent as text: an assistant
+        # message with tool_calls must be followed by their results), then the next user message.
+        history.append({"role": "assistant", "content": self.backend.reply_text(prev_reads)})
+        planned = int(prev_row.planned_prompt_tokens) + int(prev_row.output_tokens or 0) + int(s.new_tokens[j])
         text = self._dataset_text(j)
         if text is None:
-            context = [{"role": "system", "content": prefix}] if prefix else []
-            context += [{"role": role, "content": t} for role, t in history]
             before = self.maker.impossible
-            text = self.maker.fit_last(context, planned, self._rng(0, j))
+            text = self.maker.fit_last(context + history, planned, self._rng(0, j))
             self.turns_impossible += self.maker.impossible - before
-        messages = history + [("user", text)]
+        messages = history + [{"role": "user", "content": text}]
         self._history[j] = messages
-        return self._body(j, prefix, messages), planned
+        if s.max_tool_rounds:
+            self._round[j] = 0
+        return self._body(j, prefix, messages), planned, (0 if s.max_tool_rounds else None)
 
+    def _tool_round(self, j: int, prev_row, prefix: str, context: list[dict], history: list[dict],
+                    round_: int) -> tuple[bytes, int, int]:
+        # history ends with the assistant message that called tools: one `role: tool` message per call,
+        # in the calls' order, answers it. Their texts (tool_tokens[j] in all) are deterministic from
+        # (seed, salt, j): the first calls get an equal share each, counted alone; the last one is fitted so
+        # that the whole list counts the plan, as a user message would be.
+        calls = history[-1]["tool_calls"]
+        total = int(self.s.tool_tokens[j])
+        planned = int(prev_row.planned_prompt_tokens) + int(prev_row.output_tokens or 0) + total
+        share = total // len(calls)
+        results = [{"role": "tool", "tool_call_id": c["id"], "content": self.maker.text(share, self._rng(6, j, k))}
+                   for k, c in enumerate(calls[:-1])]
+        last = {"role": "tool", "tool_call_id": calls[-1]["id"]}
+        before = self.maker.impossible
+        text = self.maker.fit_last(context + history + results, planned, self._rng(0, j), last=last)
+        self.turns_impossible += self.maker.impossible - before
+        messages = history + results + [{**last, "content": text}]
+        self._history[j] = messages
+        self._round[j] = round_
+        return self._body(j, prefix, messages), planned, round_

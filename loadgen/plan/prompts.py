@@ -71,10 +71,11 @@ class Tokenizer:
         """Tokens of `text` sent as a request's whole prompt (special tokens, chat template included)."""
         return self.count(text)
 
-    def count_messages(self, messages: list[dict[str, str]]) -> int:
+    def count_messages(self, messages: list[dict]) -> int:
         """Tokens of a request's whole message list as the server counts it. Without a chat template to
-        apply (approximate, local) the contents joined by newlines (backends.base.joined) as one prompt."""
-        return self.count_prompt("\n".join(m["content"] for m in messages))
+        apply (approximate, local) the messages' texts joined by newlines (backends.base.joined) as one
+        prompt; a message's text is its content and its tool calls' names and arguments (message_text)."""
+        return self.count_prompt("\n".join(map(message_text, messages)))
 
     def whitespace_exact(self, count=None) -> bool:
         """True when each whitespace-separated word is one token (the simulator): no search needed."""
@@ -130,6 +131,17 @@ class LocalTokenizer(Tokenizer):
             return super().count_messages(messages)
         # as apply_chat_template(tokenize=True): the rendered text holds the special tokens itself
         return len(self._tok.encode(self._template(messages), add_special_tokens=False).ids)
+
+
+def message_text(m: dict) -> str:
+    """A chat message as text, where no chat template renders it: its content ("" when null), then each
+    of its tool calls' function name and arguments, separated by spaces (an assistant message that called
+    tools; the simulator counts the same words, sim/tokenizer.py)."""
+    parts = [m.get("content") or ""]
+    for call in m.get("tool_calls") or ():
+        fn = call.get("function") or {}
+        parts += [fn.get("name") or "", fn.get("arguments") or ""]
+    return " ".join(parts) if len(parts) > 1 else parts[0]
 
 
 def local_chat_template(tokenizer_json: Path):
@@ -263,9 +275,10 @@ class PromptMaker:
             self.check(text, n, count)
         return text
 
-    def fit_last(self, context: list[dict[str, str]], n: int, rng: np.random.Generator,
-                 key: tuple | None = None) -> str:
-        """The text of a last user message such that context + [that message] counts n tokens under
+    def fit_last(self, context: list[dict], n: int, rng: np.random.Generator,
+                 key: tuple | None = None, last: dict | None = None) -> str:
+        """The text of a last user message (or of `last`, a message without its content: a tool result's
+        role and tool_call_id) such that context + [that message] counts n tokens under
         tokenizer.count_messages (as the server counts the whole request); "" and `impossible` counted
         when the context alone (with an empty message) counts more than n. key names a context that
         recurs (a shared system prompt): its empty-message count is asked once, and when texts of k words
@@ -274,8 +287,10 @@ class PromptMaker:
         each word at least one token), then single-token fillers, round-trip checked."""
         tok, self.made = self.tokenizer, self.made + 1
 
+        shell = last or {"role": "user"}
+
         def total(text: str) -> int:
-            return tok.count_messages([*context, {"role": "user", "content": text}])
+            return tok.count_messages([*context, {**shell, "content": text}])
 
         if key is not None and key in self._base:
             base, additive = self._base[key]

@@ -30,7 +30,7 @@ from loadgen.plan.traces import Trace
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
 _MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
-_ABANDON_STREAM, _IMAGE_STREAM = 10, 11
+_ABANDON_STREAM, _IMAGE_STREAM, _TOOL_LATENCY_STREAM, _TOOL_TOKENS_STREAM = 10, 11, 12, 13
 NONE = -1  # "not set" in the int64 columns below
 _UNSET = np.zeros(0, dtype=np.int64)  # a Schedule column not given (replaced in __post_init__, never kept)
 
@@ -64,6 +64,11 @@ class Schedule:
     image_width: np.ndarray = field(default_factory=_unset)   # int64, pixels of each of them (-1 = none)
     image_height: np.ndarray = field(default_factory=_unset)  # int64
     mix_class: np.ndarray = field(default_factory=_unset)     # int64, its [[mix]] class's index (-1 = no mix)
+    # agentic sessions (a later turn of one): the tool latency it waits when it carries tool results, and
+    # those results' tokens (-1 = not agentic); whether it does is known only at run time (plan/bodies.py)
+    tool_latency_ns: np.ndarray = field(default_factory=_unset)  # int64
+    tool_tokens: np.ndarray = field(default_factory=_unset)      # int64
+    max_tool_rounds: int = 0          # tool-result requests in a row, at most (0 = not agentic)
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
@@ -71,7 +76,8 @@ class Schedule:
         for name, fill in (("prefix_group", NONE), ("session", NONE), ("turn", NONE), ("after", NONE),
                            ("think_ns", 0), ("conversation", NONE), ("source_line", NONE),
                            ("abandon_ns", NONE), ("abandon_tokens", NONE), ("mix_class", NONE), ("images", 0),
-                           ("image_width", NONE), ("image_height", NONE)):
+                           ("image_width", NONE), ("image_height", NONE), ("tool_latency_ns", NONE),
+                           ("tool_tokens", NONE)):
             if getattr(self, name) is None or getattr(self, name) is _UNSET:
                 object.__setattr__(self, name, np.full(n, fill, dtype=np.int64))
         if self.new_tokens is None or self.new_tokens is _UNSET:
@@ -297,6 +303,13 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, first_cls, 
     none = np.zeros(0, dtype=np.int64)
     more_p, more_o, more_c = _sample_lengths(config, total, read_trace, 1) if total else (none, none, None)
     think = lengths.sample(s.think_ms, total, sub_seed(config.seed, _THINK_STREAM)) * 1_000_000
+    # Agentic: every later turn also draws a tool latency and a tool-result length, used when the reply
+    # before it called tools (run time decides; the draws of the other streams stay as without them).
+    tool_ns = tool_tok = np.full(total, NONE, dtype=np.int64)
+    if s.agentic and s.tool_latency_ms is not None and s.tool_result_tokens is not None:
+        # a latency of 0 ms is a tool that answers at once (lengths.sample clips to >= 1: undo for 0)
+        tool_ns = _ms_ns(s.tool_latency_ms, total, sub_seed(config.seed, _TOOL_LATENCY_STREAM))
+        tool_tok = lengths.sample(s.tool_result_tokens, total, sub_seed(config.seed, _TOOL_TOKENS_STREAM))
     prefix_tokens = config.prefix.tokens if config.prefix else 0
     # In a conversation, [prompt] tokens is every turn's new user message, the first one's included: the
     # shared prefix (a system prompt) and the history come on top of it.
@@ -316,7 +329,9 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, first_cls, 
             has_prefix = group_of_session[i] != NONE
             cols["intended"][r] = starts[i] if t == 0 else NONE
             cols["new"][r] = new
-            cols["prompt"][r] = (prefix_tokens if has_prefix else 0) + history + new
+            # a later turn's upper bound: it carries a user message or (agentic) tool results, the longer
+            longest = new if t == 0 else max(new, int(tool_tok[r]))
+            cols["prompt"][r] = (prefix_tokens if has_prefix else 0) + history + longest
             cols["out"][r] = out
             cols["group"][r] = group_of_session[i]
             cols["session"][r], cols["turn"][r] = i, t
@@ -324,13 +339,23 @@ def _sessions(config: RunConfig, starts, first_prompt, first_output, first_cls, 
             cols["think"][r] = 0 if t == 0 else think[r]
             # each turn's class is the one its lengths were drawn from (so its model and priority too)
             cols["cls"][r] = NONE if first_cls is None or more_c is None else int(first_cls[i] if t == 0 else more_c[r])
-            history += new + out
+            history += longest + out
             r += 1
     info["sessions"] = k
     return Schedule(cols["intended"], cols["prompt"], cols["out"], _warmup(config, total), config.seed,
                     prefix_group=cols["group"], session=cols["session"], turn=cols["turn"],
                     after=cols["after"], think_ns=cols["think"], new_tokens=cols["new"],
-                    prefix_tokens=prefix_tokens, info=info, mix_class=cols["cls"])
+                    prefix_tokens=prefix_tokens, info=info, mix_class=cols["cls"],
+                    tool_latency_ns=np.where(cols["after"] == NONE, NONE, tool_ns),
+                    tool_tokens=np.where(cols["after"] == NONE, NONE, tool_tok),
+                    max_tool_rounds=s.max_tool_rounds)
+
+
+def _ms_ns(spec: Lengths, n: int, seed: np.random.SeedSequence) -> np.ndarray:
+    # ms draws as ns; a fixed 0 is allowed (lengths.sample's floor of 1 is for token counts)
+    if spec.dist == "fixed" and spec.value == 0:
+        return np.zeros(n, dtype=np.int64)
+    return lengths.sample(spec, n, seed) * 1_000_000
 
 
 def _warmup(config: RunConfig, n: int) -> np.ndarray:
@@ -352,7 +377,8 @@ def plan_records(s: Schedule) -> list[dict]:
                     "abandon_after_ns": _opt(s.abandon_ns[i]), "abandon_after_tokens": _opt(s.abandon_tokens[i]),
                     "images": int(s.images[i]), "image_width": _opt(s.image_width[i]),
                     "image_height": _opt(s.image_height[i]),
-                    "mix_class": _opt(s.mix_class[i]), "warmup": bool(s.warmup[i])})
+                    "mix_class": _opt(s.mix_class[i]), "warmup": bool(s.warmup[i]),
+                    "tool_latency_ns": _opt(s.tool_latency_ns[i]), "tool_tokens": _opt(s.tool_tokens[i])})
     return out
 
 

@@ -34,7 +34,7 @@ from loadgen.config.credentials import clipped
 from loadgen.config.options import EVENT_APIS, takes_messages
 from loadgen.probe.probe_http import Probe, ProbeError
 from loadgen.errors import TokenizerError
-from loadgen.plan.prompts import ApproximateTokenizer, LocalTokenizer, Tokenizer
+from loadgen.plan.prompts import ApproximateTokenizer, LocalTokenizer, Tokenizer, message_text
 
 SHAPES = ("vllm", "llamacpp", "tgi")
 PROBE_TIMEOUT_S = 5.0
@@ -185,7 +185,7 @@ class ServerTokenizer(Tokenizer):
         return self.count_messages([{"role": "user", "content": text}])
 
     def count_messages(self, messages: list[dict[str, str]]) -> int:
-        text = "\n".join(m["content"] for m in messages)  # backends.base.joined: a completions prompt
+        text = "\n".join(map(message_text, messages))  # backends.base.joined: a completions prompt
         if not takes_messages(self.api):
             return self._count(self._body(text, True), text)
         if not self.prompt_exact:

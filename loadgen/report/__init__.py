@@ -27,6 +27,7 @@ def to_text(summary: Summary) -> str:
         *_prefix_cache_lines(summary),
         *_abandoned_lines(summary),
         *_reply_lines(summary),
+        *_agentic_lines(summary),
         *_telemetry_lines(summary.get("telemetry")),
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
@@ -121,6 +122,24 @@ def _reply_lines(summary: Summary) -> list[str]:
         parts.append(f"{r['not_judged']} not judged (no call, no schema)")
     lines = ["; ".join(parts)]
     lines += [f"           {t['count']:>5}× {t['problem']}" for t in r["top"]]
+    return lines
+
+
+def _agentic_lines(summary: Summary) -> list[str]:
+    # agentic sessions (analysis/agentic.py): what the requests carried, the tools' waits, the growth
+    a = summary.get("agentic")
+    if not a:
+        return []
+    lat = a["tool_latency_ms"]
+    line = (f"agentic    {a['requests']} requests: {a['user_turns']} user turns, {a['tool_rounds']} tool rounds"
+            + (f" (by round {', '.join(f'{k}: {v}' for k, v in a['by_round'].items() if k != '0')})"
+               if a["tool_rounds"] else "")
+            + (f", {a['not_built']} never built" if a["not_built"] else ""))
+    lines = [line]
+    if lat["p50"] is not None:
+        lines.append(f"           tool latency waited p50 {lat['p50']:.0f} ms, max {lat['max']:.0f} ms; "
+                     f"prompt tokens mean by round " + ", ".join(f"{k}: {v:.0f}" for k, v in
+                                                                 a["prompt_tokens_mean"].items()))
     return lines
 
 

@@ -66,13 +66,17 @@ REQUEST_SCHEMA = {
     # the [[mix]] class's name (null: no mix), the model the body named, the priority it sent (null: none)
     "class": pl.String, "model": pl.String, "priority": pl.Int64,
     "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,  # null = not judged
+    # agentic sessions: 0 = sends a user message, k >= 1 = the k-th request in a row carrying tool results
+    # (null: not agentic, or never built); the tool latency it waited after the previous reply (tool rounds)
+    "tool_round": pl.Int64, "tool_latency_ns": pl.Int64,
 }
 # read_run fills them (null) in an older folder
 _ADDED = {"cached_tokens": pl.Int64, "first_answer_ns": pl.Int64, "reasoning_tokens": pl.Int64,
           "abandon_after_ns": pl.Int64, "abandon_after_tokens": pl.Int64,
           "images": pl.Int64, "image_width": pl.Int64, "image_height": pl.Int64,
           "class": pl.String, "model": pl.String, "priority": pl.Int64,
-          "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String}
+          "reply_valid": pl.Boolean, "tool_calls": pl.Int64, "reply_problem": pl.String,
+          "tool_round": pl.Int64, "tool_latency_ns": pl.Int64}
 TOKEN_SCHEMA = {"request_id": pl.String, "idx": pl.Int32, "t_ns": pl.Int64, "n_tokens": pl.Int32}
 
 
@@ -139,6 +143,7 @@ class RunSummary(TypedDict):
     abandoned: Json | None                         # analysis/abandon.section: [abandon]'s cut rows, freed slots
     images: Json | None                            # analysis/summary.images: [image]'s requests, tokens charged
     replies: Json | None                           # valid JSON / valid calls (analysis/replies.py); null: none asked
+    agentic: Json | None                           # tool rounds of agentic sessions (analysis/agentic.py); null: none
     telemetry: Json | None                         # --scrape: GPU figures (analysis/telemetry.py)
 
 
@@ -224,13 +229,15 @@ class Run:
 
 
 _GET = {k: attrgetter("mix_class" if k == "class" else k) for k in REQUEST_SCHEMA}  # `class`: a keyword
+# a row holds its drawn tool latency until the runner builds it: only a tool round (>= 1) waited it
+_WAITED = pl.when(pl.col("tool_round") > 0).then(pl.col("tool_latency_ns")).alias("tool_latency_ns")
 
 
 def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
     # Column by column (one C-level pass over the rows each); times made relative to t0 by Polars (null
     # stays null). Runs in the flush thread every FLUSH_EVERY_TICKS: its Python work is the loop's too (GIL).
     frame = pl.DataFrame({k: list(map(get, rows)) for k, get in _GET.items()}, schema=REQUEST_SCHEMA)
-    return frame.with_columns(pl.col(f) - t0_ns for f in TIME_FIELDS)
+    return frame.with_columns(*(pl.col(f) - t0_ns for f in TIME_FIELDS), _WAITED)
 
 
 _CHUNK_T, _CHUNK_TOKENS = attrgetter("chunk_t_ns"), attrgetter("chunk_tokens")

@@ -384,6 +384,13 @@ def shape_rows(rows: list[Row], schedule: Schedule, config: RunConfig) -> None:
                           schedule.image_height.tolist()):
         if n:
             r.images, r.image_width, r.image_height = n, w, h
+    if schedule.max_tool_rounds:  # agentic sessions: a first turn sends a user message (tool round 0); a
+        # later turn's round is decided when it is built (client/runner.py), its drawn latency kept till then
+        for r, t, lat in zip(rows, schedule.turn.tolist(), schedule.tool_latency_ns.tolist()):
+            if t == 0:
+                r.tool_round = 0
+            elif lat >= 0:
+                r.tool_latency_ns = lat
 
 
 def make_transport(url: str, headers: dict[str, str], tls: ssl.SSLContext | bool = True,

@@ -146,6 +146,10 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--tool-calls", action="store_true",
                    help="chat: the answer streams as delta.tool_calls pieces (one call, its arguments), not "
                         "content; finish_reason tool_calls")
+    p.add_argument("--tool-call-share", type=c("--tool-call-share", float), default=1.0, metavar="P",
+                   help="a request that sends tools under tool_choice auto (or none sent) is answered with a "
+                        "tool call with probability P, else in plain text (seeded by its request id; "
+                        "sim/structured.py; default 1)")
     p.add_argument("--invalid-json-share", type=c("--invalid-json-share", float), default=0.0, metavar="P",
                    help="a request that sends tools or response_format gets an invalid reply with probability P "
                         "(seeded by its request id; the truth's reply_valid says which; sim/structured.py; "
@@ -280,6 +284,9 @@ def _make_sim(args, faults, child=None):
     if not 0 <= args.invalid_json_share <= 1:
         raise ValueError(f"--invalid-json-share {args.invalid_json_share}: must be a share in [0, 1]")
     sim.invalid_json_share = args.invalid_json_share
+    if not 0 <= args.tool_call_share <= 1:
+        raise ValueError(f"--tool-call-share {args.tool_call_share}: must be a share in [0, 1]")
+    sim.tool_call_share = args.tool_call_share
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

@@ -190,6 +190,7 @@ class ChatCompletions(_OpenAI):
         try:
             text = tokenizer.chat_prompt_text(body.get("messages"), getattr(sim, "chat_template", "none"))
             pictures = images.image_tokens(body.get("messages"))
+            results = tokenizer.tool_call_ids(body["messages"])
         except ValueError as e:
             raise BadRequest(str(e)) from None
         return Parsed(tokenizer.words(text) + pictures, max_tokens_field(body, "max_completion_tokens", "max_tokens"),
@@ -198,6 +199,7 @@ class ChatCompletions(_OpenAI):
                        "reasoning": getattr(sim, "reasoning_tokens", 0),
                        "reasoning_field": getattr(sim, "reasoning_field", "reasoning_content"),
                        "tool_calls": getattr(sim, "tool_calls", False), "image_tokens": len(pictures),
+                       "tool_results": results,
                        **_structure(body, chat=True)},
                       priority=_priority(body))
 

@@ -113,6 +113,7 @@ class Sim:
         self.tool_calls = False      # chat: the answer streams as tool_calls pieces (--tool-calls)
         self.ignore_disconnect = False  # a request whose client went away generates on (--ignore-disconnect)
         self.invalid_json_share = 0.0  # structured replies drawn invalid (--invalid-json-share, structured.py)
+        self.tool_call_share = 1.0     # tool_choice auto: replies that call a tool (--tool-call-share, structured.py)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
@@ -153,12 +154,14 @@ class Sim:
             return web.json_response(surface.error_body(400, str(e) or "bad request"), status=400, headers=headers)
         ctx = Context(request_id, parsed, int(time.time()))
         if "structure" in parsed.extra:  # tools / response_format: the reply and its validity (structured.py)
-            parsed.extra["reply"] = structured.plan(parsed.extra.pop("structure"), request_id, self.invalid_json_share)
+            parsed.extra["reply"] = structured.plan(parsed.extra.pop("structure"), request_id, self.invalid_json_share,
+                                                    self.tool_call_share)
         fault = self.faults.for_request(request_id)
         label = fault.label() if fault else ""
         row_args = dict(request_id=request_id, arrival_ns=arrival_ns, speed=self.speed, mode=self.mode,
                         endpoint=surface.endpoint, fault=label, prompt_tokens=len(parsed.prompt),
-                        model=parsed.model, priority=parsed.priority)
+                        model=parsed.model, priority=parsed.priority,
+                        tool_call_ids=parsed.extra.get("tool_results"))
         if not self.served(parsed.model):  # vLLM's answer to a model it does not serve
             self.record(make_row(scheduled_ns=None, first_token_ns=None, finish_ns=time.monotonic_ns(),
                                  preemptions=0, stall_ns=0, token_ns=[], lateness_ns=[],

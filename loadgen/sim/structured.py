@@ -2,7 +2,9 @@
 and whether that answer is valid (the truth's `reply_valid`), so a client's count of valid replies can be
 checked against it.
 
-- `tools` (and `tool_choice` not "none"): the answer is one tool call, of the function tool_choice names,
+- `tools` (and `tool_choice` not "none"; under "auto" or none sent, only with probability
+  `--tool-call-share` P, seeded by the request id, else the answer is plain text as without tools): the
+  answer is one tool call, of the function tool_choice names,
   else of declared tool number crc32(request id) % len(tools); its arguments are an instance of that
   function's `parameters` schema (instance() below);
 - else `response_format` `{"type": "json_schema", "json_schema": {"schema": S}}`: the content is an
@@ -58,14 +60,17 @@ class Reply:
         return ok and not self.drawn_invalid and answer_tokens_sent >= len(self.words)
 
 
-def plan(body: dict, request_id: str, invalid_share: float) -> Reply | None:
-    """The reply to this request, or None when it asks for no structure."""
+def plan(body: dict, request_id: str, invalid_share: float, call_share: float = 1.0) -> Reply | None:
+    """The reply to this request, or None when it asks for no structure (or, under tool_choice auto, was
+    drawn to answer without a call: probability 1 - call_share)."""
     tools = body.get("tools")
     choice = body.get("tool_choice")
     fmt = body.get("response_format")
     h = zlib.crc32(request_id.encode())
     drawn = invalid_share > 0 and random.Random(f"invalid:{request_id}").random() < invalid_share
-    if isinstance(tools, list) and tools and choice != "none":
+    free = choice in (None, "auto")  # the model may answer without a call
+    calls = not free or call_share >= 1 or random.Random(f"call:{request_id}").random() < call_share
+    if isinstance(tools, list) and tools and choice != "none" and calls:
         fns: list[dict] = [t["function"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
         named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
         fn = next((f for f in fns if f.get("name") == named), None) if named else (fns[h % len(fns)] if fns else None)

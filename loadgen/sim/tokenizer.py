@@ -3,7 +3,8 @@
 Rule: a token is a maximal run of non-whitespace characters, `re.findall(r"\\S+", text)`.
 So "Hello,  world!\\n" is 2 tokens; whitespace never counts. For chat requests the prompt's tokens
 are the sum over messages of the tokens of `content` (a string, or a list of parts whose `text`
-fields are counted); roles and the chat template add nothing, unless the simulator runs with
+fields are counted; null counts 0) and of an assistant message's `tool_calls` (each call's function name
+and arguments); roles (`tool` included) and the chat template add nothing, unless the simulator runs with
 `--chat-template sim`: then a chat prompt is the rendered text of TEMPLATES["sim"], which brackets every
 message in a role marker and an end marker and ends with the assistant marker (the generation prompt):
     <|begin|> <|system|> {content} <|end|> <|user|> {content} <|end|> <|assistant|>
@@ -70,6 +71,35 @@ def message_text(content: Any) -> str:
     raise ValueError("message content must be a string or a list of parts")
 
 
+def call_words(calls: Any) -> list[str]:
+    """An assistant message's tool calls as prompt text: each call's function name and arguments (the
+    client's approximate count reads them so too: plan/prompts.py message_text)."""
+    if calls is None:
+        return []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("function"), dict)
+                                              for c in calls):
+        raise ValueError("'tool_calls' must be a list of objects with a 'function'")
+    out = []
+    for c in calls:
+        fn = c["function"]
+        for key in ("name", "arguments"):
+            if not isinstance(fn.get(key, ""), str):
+                raise ValueError(f"tool_calls function.{key} must be a string")
+            out.append(fn.get(key) or "")
+    return out
+
+
+def tool_call_ids(messages: list) -> str | None:
+    """The tool_call_id of each `role: tool` message at the end of the list (the results this request
+    carries), joined by ","; None when it ends with none (truth column tool_call_ids)."""
+    ids: list[str] = []
+    for m in reversed(messages):
+        if not isinstance(m, dict) or m.get("role") != "tool":
+            break
+        ids.append(str(m.get("tool_call_id", "")))
+    return ",".join(reversed(ids)) if ids else None
+
+
 TEMPLATES = ("none", "sim")
 
 
@@ -81,10 +111,11 @@ def chat_prompt_text(messages: Any, template: str = "none", add_generation_promp
     for m in messages:
         if not isinstance(m, dict):
             raise ValueError("each message must be an object")
+        text = " ".join((message_text(m.get("content")), *call_words(m.get("tool_calls"))))
         if template == "sim":
-            parts.extend((f"<|{m.get('role')}|>", message_text(m.get("content")), "<|end|>"))
+            parts.extend((f"<|{m.get('role')}|>", text, "<|end|>"))
         else:
-            parts.append(message_text(m.get("content")))
+            parts.append(text)
     if template == "sim":
         parts.insert(0, "<|begin|>")
         if add_generation_prompt:

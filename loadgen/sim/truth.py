@@ -15,6 +15,8 @@ identity holds there only to float rounding; check it on the `_ns` columns).
   reply_valid     a request that sent tools or response_format: its reply was valid (sim/structured.py: a
                   declared call with JSON arguments of its schema, or JSON content of the schema, sent whole,
                   not drawn invalid by --invalid-json-share, ended ok); null for any other request
+  tool_call_ids   chat: the tool_call_id of each `role: tool` message ending the request's messages (the
+                  tool results it carries), joined by ","; null when it ends with none
   finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
                   failed; null if it never finished (sim stopped)
   token_ns        send time of every output token: the clock read just before the bytes are
@@ -66,7 +68,7 @@ COLUMNS = {  # name -> polars dtype name
     "http_status": "i64", "outcome": "str", "fault": "str", "prompt_tokens": "i64",
     "output_tokens": "i64", "cached_tokens": "i64", "sim_process": "i64",
     "first_answer_ns": "i64", "reasoning_tokens": "i64", "image_tokens": "i64", "model": "str", "priority": "i64",
-    "reply_valid": "bool",
+    "reply_valid": "bool", "tool_call_ids": "str",
 }
 
 
@@ -75,7 +77,7 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
              token_ns: list[int], lateness_ns: list[int], speed: float, mode: str, endpoint: str,
              http_status: int, outcome: str, fault: str, prompt_tokens: int, cached_tokens: int = 0,
              reasoning: int = 0, image_tokens: int = 0, model: str = "", priority: int = 0,
-             reply_valid: bool | None = None) -> dict[str, Any]:
+             reply_valid: bool | None = None, tool_call_ids: str | None = None) -> dict[str, Any]:
     # reasoning: the request's first `reasoning` output tokens are reasoning (0: none)
     def diff(a: int | None, b: int | None) -> int | None:
         return None if a is None or b is None else a - b
@@ -99,6 +101,7 @@ def make_row(*, request_id: str, arrival_ns: int, scheduled_ns: int | None,
         "image_tokens": image_tokens,   # of prompt_tokens, the images' (sim/images.py)
         "model": model, "priority": priority,
         "reply_valid": reply_valid,
+        "tool_call_ids": tool_call_ids,
     }
 
 

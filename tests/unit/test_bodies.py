@@ -125,14 +125,15 @@ def test_next_turn_carries_user_messages_and_the_actual_replies(tmp_path):
     assert OpenAIBackend("chat", "m", {}).reply_text(reply) == "tok tok tok "
     prev = Row(0, "r0", 0, int(s.prompt_tokens[0]), 5)
     prev.output_tokens = 3
-    body, planned = b.next_turn(1, prev, reply)
+    body, planned, tool_round = b.next_turn(1, prev, reply)
+    assert tool_round is None  # not an agentic session
     msgs = orjson.loads(body)["messages"]
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
     assert msgs[2]["content"] == "tok tok tok " and msgs[1]["content"] == bodies[0]["messages"][1]["content"]
     assert planned == sum(len(m["content"].split()) for m in msgs) == 8 + s.new_tokens[0] + 3 + s.new_tokens[1]
     prev2 = Row(1, "r1", 0, planned, 5)
     prev2.output_tokens = 3
-    body2, planned2 = b.next_turn(2, prev2, reply)
+    body2, planned2, _ = b.next_turn(2, prev2, reply)
     msgs2 = orjson.loads(body2)["messages"]
     assert len(msgs2) == 6 and msgs2[:4] == msgs and planned2 == sum(len(m["content"].split()) for m in msgs2)
 

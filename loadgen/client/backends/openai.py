@@ -87,6 +87,38 @@ class OpenAIBackend:
             self._event(data, 0, stream, state)
         return "".join(stream.texts)
 
+    def reply_message(self, reads: list[bytes]) -> dict[str, Any]:
+        """The finished chat reply as the assistant message an agentic session's next request sends back
+        (plan/bodies.py): its content text (None when empty beside calls, as OpenAI writes it) and its
+        tool calls as streamed, by index: id, function name and arguments, each joined from its pieces
+        (a call without an id gets `call_<index>`). Read after the stream, once per turn, never per chunk."""
+        content: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        for _, data in sse_events([0] * len(reads), reads, Stream()):
+            try:
+                obj = orjson.loads(data) if data != b"[DONE]" else None
+            except orjson.JSONDecodeError:
+                continue
+            choices = obj.get("choices") if isinstance(obj, dict) else None
+            for choice in choices if isinstance(choices, list) else ():
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if not isinstance(delta, dict):
+                    continue
+                if isinstance(delta.get("content"), str):
+                    content.append(delta["content"])
+                pieces = delta.get("tool_calls")
+                for pos, piece in enumerate(pieces if isinstance(pieces, list) else ()):
+                    if isinstance(piece, dict):
+                        _call_piece(calls, pos, piece)
+        text = "".join(content)
+        msg: dict[str, Any] = {"role": "assistant", "content": text}
+        if calls:
+            msg["content"] = text or None
+            msg["tool_calls"] = [{"id": c["id"] or f"call_{i}", "type": "function",
+                                  "function": {"name": "".join(c["name"]), "arguments": "".join(c["arguments"])}}
+                                 for i, c in sorted(calls.items())]
+        return msg
+
     def interpret(self, row: Row, read_t_ns: Sequence[int], reads: list[bytes]) -> None:
         if self.check is not None or not self._interpret_fast(row, read_t_ns, reads):
             self._interpret_full(row, read_t_ns, reads)
@@ -268,6 +300,19 @@ def _with_tool_calls(text: object, calls: object, stream: Stream) -> str | None:
                 stream.malformed = stream.malformed or (f"delta.tool_calls function.{field} is not a string: "
                                                         f"{_shown(piece)}")
     return "".join(parts)
+
+
+def _call_piece(calls: dict[int, dict[str, Any]], pos: int, piece: dict[str, Any]) -> None:
+    # One streamed piece of a tool call (reply_message): its index (else its place), id, name and arguments.
+    index = piece.get("index", pos)
+    call = calls.setdefault(index if isinstance(index, int) else pos, {"id": "", "name": [], "arguments": []})
+    if isinstance(piece.get("id"), str) and piece["id"] and not call["id"]:
+        call["id"] = piece["id"]
+    fn = piece.get("function")
+    if isinstance(fn, dict):
+        for field in ("name", "arguments"):
+            if isinstance(fn.get(field), str):
+                call[field].append(fn[field])
 
 
 def _shown(value: object) -> str:
