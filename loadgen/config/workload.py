@@ -4,7 +4,7 @@ A workload file (see workloads/quickstart.toml):
 
     name = "quickstart"            # optional, defaults to the file's stem
     model = "NAME"                 # optional: the one the target serves (/v1/models) when absent
-    api = "chat"                   # completions | chat | responses | messages
+    api = "chat"                   # completions | chat | responses | messages | embeddings | rerank
     backend = "openai"             # openai | ollama | llamacpp (the server's API family)
     seed = 42
 
@@ -115,12 +115,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import tomllib
 
 from loadgen.errors import ConfigError
-from loadgen.config import parts, sections, shipped, structured
+from loadgen.config import parts, pooling, sections, shipped, structured
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
 from loadgen.config.kinds import is_file
 from loadgen.config.lengths import Lengths, problems as lengths_problems
-from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, TOKENIZERS
+from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, POOLING_APIS, TOKENIZERS
 from loadgen.config.runconfig import (Arrivals, MixClass, PrefixSpec, RunConfig, SessionSpec,  # noqa: F401
                                       TraceSpec)
 from loadgen.config.runconfig import PROCESSES
@@ -284,10 +284,13 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, **ru
     prompt = sections.prompt(r, bool(mix) or (trace is not None and trace.lengths))
     config = RunConfig(**head, arrivals=arrivals, **run, **request, **prompt, **options, source=source,
                        trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r),
-                       abandon=parts.abandon(r), image=parts.image(r),
+                       abandon=parts.abandon(r), image=parts.image(r), rerank=pooling.rerank(r),
                        structured=structured.spec(r))
+    if config.api in POOLING_APIS:  # the calibration's probes time a first token, which these answers lack
+        config = replace(config, calibrate=False)
     parts.across(r, config)
     structured.across(r, config)
+    pooling.across(r, config)
     if r.problems:
         raise ConfigError(r.problems)
     return config
