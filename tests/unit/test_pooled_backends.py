@@ -126,3 +126,13 @@ def test_bad_answers_are_typed_failures(api, reads, kind, says):
 
 def test_reply_text_is_empty():
     assert EmbeddingsBackend("embeddings", "m", {}).reply_text([b'{"data": [{"embedding": [1]}]}']) == ""
+
+
+def test_the_progress_window_holds_a_pooled_answers_e2e():
+    # the progress line's p50: TTFT of streamed rows; a pooling answer has none, so its e2e goes to its own window
+    from loadgen.client.recorder import Recorder
+    row = run(EmbeddingsBackend("embeddings", "m", {}), [b'{"data": [{"embedding": [1]}]}'], [5_000])
+    row.intended_ns = 1_000
+    rec = Recorder([row])
+    rec.finish(row)
+    assert rec.ttft_window_ns == [] and rec.e2e_window_ns == [4_000] and rec.done == 1
