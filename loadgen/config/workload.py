@@ -101,6 +101,10 @@ Production-shaped workloads add:
     height = 448
     fill = "noise"                 # noise | flat
 
+    [rerank]                       # api = "rerank" only (config/pooling.py): each request's documents
+    documents = 8                  # documents per request (any length form; default 8)
+    document_tokens = { dist = "uniform", min = 32, max = 256 }   # each document's length in tokens
+
 validate() runs every section's validation (sections.py, parts.py) and the client options' (client.py)
 and raises one ConfigError with every problem, each naming the file and key (or the CLI flag that set
 it). A field changed after loading goes through with_overrides(), which validates it again.
