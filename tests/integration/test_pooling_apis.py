@@ -3,7 +3,11 @@
 monotonic clock): each answer's e2e stamp after the server had it ready and within the host's loop lateness
 of it, prompt tokens = the truth's = the plan's, no token (no TTFT/ITL), the prefill charged by the engine's
 step model and nothing decoded (the server's own counters), the summary and report complete, valid and
-without TTFT/ITL figures; faults typed; nonsensical options refused before anything is sent."""
+without TTFT/ITL figures; faults typed, and a server's bad 200 answers (an error object, cut or shapeless
+JSON) typed rows; nonsensical options refused before anything is sent."""
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import polars as pl
 import pytest
 
@@ -142,3 +146,66 @@ def test_refused_up_front(tmp_path, flag, value, says):
     assert p.returncode == 2, p.stderr
     assert says in p.stderr and "Traceback" not in p.stderr
     assert not (out / "requests.parquet").exists()
+
+
+class _BadAnswers(BaseHTTPRequestHandler):
+    """A server whose /v1/embeddings answers 200 in turn: a good answer, an error object, JSON cut short, an
+    answer without `data`, a non-object; /v1/models lists model "m"; anything else is 404."""
+    ANSWERS = [b'{"data": [{"embedding": [0.5, 0.25]}], "usage": {"prompt_tokens": 9, "total_tokens": 9}}',
+               b'{"error": {"message": "the engine is overloaded", "type": "ServiceUnavailable", "code": 503}}',
+               b'{"object": "list", "data": [{"embedding": [0.1, ',
+               b'{"object": "list", "usage": {"prompt_tokens": 9, "total_tokens": 9}}',
+               b'"embedding"']
+    served = 0
+    lock = threading.Lock()
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/v1/models":
+            self._send(200, b'{"object": "list", "data": [{"id": "m", "object": "model"}]}')
+        else:
+            self._send(404, b'{"error": "not found"}')
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path != "/v1/embeddings":
+            self._send(404, b'{"error": "not found"}')
+            return
+        with self.lock:
+            i, _BadAnswers.served = _BadAnswers.served, _BadAnswers.served + 1
+        self._send(200, self.ANSWERS[i % len(self.ANSWERS)])
+
+
+def test_bad_answers_from_a_server_are_typed_rows(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BadAnswers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "run"
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        p = loadgen("run", pooling_workload(tmp_path, "embeddings", 10), "--model", "m", "--url", url, "--out",
+                    str(out), "--quiet", "--tokenizer", "approximate", "--max-concurrency", "1", *RELAXED_SELFCHECK)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert p.returncode == 3, p.stderr      # 80 % failed: invalid by the error rate, never a traceback
+    assert "Traceback" not in p.stderr
+    rows = read_run(out).requests.sort("dispatched_ns")
+    got = [(r["outcome"], r["error_kind"]) for r in rows.iter_rows(named=True)]
+    want = [("ok", None), ("stream_error", "error_event"), ("stream_error", "malformed_chunk"),
+            ("stream_error", "malformed_chunk"), ("stream_error", "malformed_chunk")] * 2
+    assert got == want
+    details = rows["error_detail"].to_list()
+    assert details[1] == "the engine is overloaded" and "answer is not JSON" in details[2]
+    assert "no `data` list" in details[3] and "not a JSON object" in details[4]
+    assert rows.filter(pl.col("outcome") == "ok")["prompt_tokens"].to_list() == [9, 9]
+    s = report_json(str(out))
+    assert s["requests"]["failed"] == 8 and s["latency_ms"]["e2e"]["p50"] is not None
