@@ -95,7 +95,7 @@ def mix(r: Reader) -> tuple[MixClass, ...]:
         name = _class_name(r, k, c.get("name", f"mix{i}"), names)
         # a pooling API generates nothing: a class gives no output length (config/pooling.py refuses one)
         pooling = r.api() in POOLING_APIS and c.get("output") is None
-        output = Lengths(value=1) if pooling else r.lengths(f"{k}.output", c.get("output"))
+        output = Lengths(value=0) if pooling else r.lengths(f"{k}.output", c.get("output"))
         classes.append((float(w), r.lengths(f"{k}.prompt", c.get("prompt")), output, name,
                         _class_model(r, k, c.get("model")), _class_priority(r, k, c.get("priority"))))
     return tuple(MixClass(w / total, p, o, n, model, prio) for w, p, o, n, model, prio in classes)

@@ -333,9 +333,11 @@ def prompt(r: Reader, skip_lengths: bool) -> dict[str, Any]:
             r.bad("prompt.dataset", f"no such file {str(r.base_dir / str(dataset))!r} (a ShareGPT-format JSON file)")
         else:
             dataset = str(r.base_dir / dataset)
-    # a pooling API (embeddings, rerank) generates nothing: no output length (config/pooling.py refuses one)
+    # a pooling API (embeddings, rerank) generates nothing: output length 0, never read from the file
+    # (config/pooling.py refuses one); the manifest's config.output_tokens says 0
     generates = r.api() not in POOLING_APIS
+    output = (r.lengths("output.tokens") if not skip_lengths else Lengths(value=1)) if generates else Lengths(value=0)
     return {"prompt_tokens": r.lengths("prompt.tokens") if not skip_lengths else Lengths(value=1),
-            "output_tokens": r.lengths("output.tokens") if not skip_lengths and generates else Lengths(value=1),
+            "output_tokens": output,
             "tokenizer": tokenizer, "tokenizer_file": tokenizer_file if isinstance(tokenizer_file, str) else None,
             "dataset": dataset if isinstance(dataset, str) else None, "prompt_salt": r.option("prompt.salt")}

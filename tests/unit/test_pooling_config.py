@@ -44,6 +44,7 @@ def problems(tmp_path, text: str, overrides=None) -> list[str]:
 def test_embeddings_needs_no_output_and_is_never_calibrated(tmp_path):
     c = load(tmp_path, BASE.format(api="embeddings"))
     assert c.api == "embeddings" and c.rerank is None and c.calibrate is False
+    assert c.output_tokens == config.Lengths(value=0)   # what the manifest's config says: nothing asked
     s = build(c)
     assert (s.max_tokens == 0).all() and s.document_tokens is None
     assert ((s.prompt_tokens >= 4) & (s.prompt_tokens <= 12)).all()
