@@ -5,13 +5,19 @@ of it, prompt tokens = the truth's = the plan's, no token (no TTFT/ITL), the pre
 step model and nothing decoded (the server's own counters), the summary and report complete, valid and
 without TTFT/ITL figures; faults typed, and a server's bad 200 answers (an error object, cut or shapeless
 JSON) typed rows; nonsensical options refused before anything is sent."""
+import base64
+import struct
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import orjson
 import polars as pl
 import pytest
 
 from loadgen.results.folder import read_run
+from loadgen.sim.process import SimProcess
 from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen, report_json, workload
 from tests.integration.test_reasoning_tools import delivered_in_time
@@ -209,3 +215,34 @@ def test_bad_answers_from_a_server_are_typed_rows(tmp_path):
     assert rows.filter(pl.col("outcome") == "ok")["prompt_tokens"].to_list() == [9, 9]
     s = report_json(str(out))
     assert s["requests"]["failed"] == 8 and s["latency_ms"]["e2e"]["p50"] is not None
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=orjson.dumps(body), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, orjson.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, orjson.loads(e.read())
+
+
+def test_the_sims_answers():
+    with SimProcess(args=["--mode", "fixed", "--ttft", "2ms", "--embedding-dim", "4"]) as sim:
+        st, a = _post(sim.url + "/v1/embeddings", {"model": "x", "input": ["kalo mine rusa", "tevo zupe"]})
+        assert st == 200 and [d["index"] for d in a["data"]] == [0, 1] and a["model"] == "x"
+        assert all(len(d["embedding"]) == 4 for d in a["data"]) and a["data"][0] != a["data"][1]
+        assert a["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
+        _, again = _post(sim.url + "/v1/embeddings", {"model": "x", "input": "kalo mine rusa", "dimensions": 3,
+                                                      "encoding_format": "base64"})
+        vec = struct.unpack("<3f", base64.b64decode(again["data"][0]["embedding"]))
+        assert list(vec) == pytest.approx(a["data"][0]["embedding"][:3])   # deterministic in the text
+        st, r = _post(sim.url + "/v1/rerank", {"query": "kalo mine", "documents": ["a b c", {"text": "d"}, "e f"],
+                                                "top_n": 2})
+        assert st == 200 and len(r["results"]) == 2 and r["usage"] == {"total_tokens": 3 * 2 + 3 + 1 + 2}
+        scores = [x["relevance_score"] for x in r["results"]]
+        assert scores == sorted(scores, reverse=True) and all(0 < x < 1 for x in scores)
+        for path, body in (("/v1/embeddings", {"input": []}), ("/v1/rerank", {"query": "q"}),
+                           ("/v1/embeddings", {"input": "x", "encoding_format": "int8"})):
+            st, err = _post(sim.url + path, body)
+            assert st == 400 and err["object"] == "error" and err["message"], (path, err)
