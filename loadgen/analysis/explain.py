@@ -55,7 +55,8 @@ def _pace(run: Run) -> dict:
     timeout_ns = (run.manifest.get("config") or {}).get("request_timeout_ns")
     out: dict = {"request_timeout_ms": timeout_ns / 1e6 if isinstance(timeout_ns, (int, float)) else None}
     req = run.requests.filter(~pl.col("warmup")).sort("intended_ns")
-    ok = metrics.latency_columns(req.filter(metrics.OK_ROWS))
+    # rows with a first token only (a pooling API's answers have none: no TTFT to compare, as decompose.py)
+    ok = metrics.latency_columns(req.filter(metrics.OK_ROWS & pl.col("first_token_ns").is_not_null()))
     if req.height < 8 or ok.height < 8:
         return out
     span_ns = number(ok["done_ns"].max()) - number(req["intended_ns"].min())

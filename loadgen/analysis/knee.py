@@ -8,7 +8,9 @@ A valid point is *saturated* (docs/sweep-and-compare.md, "Knee") when any of the
 lowest-rate valid point (the base):
   completions  completed_per_s < (1 - tolerance) x offered_per_s (the backlog grows: the server falls behind)
   queueing     TTFT p50 - the base's TTFT p50 > the base's e2e p50 (the median request waits longer for its
-               first token than a whole request took at low load: a queue, not merely slower steps)
+               first token than a whole request took at low load: a queue, not merely slower steps); for
+               answers without a token (embeddings, rerank: no TTFT at either point) the answer is the first
+               output, so e2e p50 - the base's e2e p50 > the base's e2e p50
   tpot         TPOT p50 > tpot_factor x the base's (the batch grows and every step slows: with vLLM's
                defaults overload shows here, not as a queue)
   server_waiting  the server's own waiting gauge (vllm:num_requests_waiting) averages >= waiting_mean
@@ -52,6 +54,8 @@ def saturation(p: dict, base: dict | None, tolerance: float = KNEE_TOLERANCE, tp
         out.append("completions")
     ttft = _lat(p, "ttft")
     base_ttft, base_e2e = (_lat(base, "ttft"), _lat(base, "e2e")) if base else (None, None)
+    if ttft is None and base_ttft is None:   # no token at either point (a pooling API): the whole answer
+        ttft, base_ttft = _lat(p, "e2e"), base_e2e
     if ttft is not None and base_ttft is not None and base_e2e is not None and ttft - base_ttft > base_e2e:
         out.append("queueing")
     tpot, base_tpot = _lat(p, "tpot"), _lat(base, "tpot") if base else None

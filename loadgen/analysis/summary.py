@@ -3,7 +3,8 @@
 Every metric, which rows it covers and the percentile rule are defined in loadgen/metrics.py (warm-up
 rows excluded). Beyond those:
 - offered rate = (n - 1) / span of intended times; achieved = the same over dispatch times.
-- throughput: ok requests and their output tokens over [first intended, last done].
+- throughput: ok requests, their output tokens and their prompt tokens (the server's usage counts) over
+  [first intended, last done].
 Percentiles are exact over all samples (nearest rank), not histogram estimates.
 `histograms` reads the run's HdrHistogram interval logs back (`<metric>.hlog`; hdr.interval_logs also
 finds the per-worker logs of older or unfinished --workers runs, merged exactly): counts, out-of-range
@@ -74,6 +75,7 @@ def summarize(run: Run) -> RunSummary:
         window_ns = end_ns - start_ns
     per_s = (lambda x: x * 1e9 / window_ns) if window_ns else (lambda x: None)
     output_tokens = int(ok["output_tokens"].sum() or 0)
+    prompt_tokens = int(ok["prompt_tokens"].sum() or 0)  # the server's usage counts (null: not reported)
     latency = {m: distribution_ms(req[m] if metrics.ROWS[m] == "sent" else ok[m]) for m in METRICS if m != "itl"}
     latency["itl"] = distribution_ms(itl_ns(run.tokens, ok["request_id"]))
     manifest = run.manifest
@@ -89,7 +91,9 @@ def summarize(run: Run) -> RunSummary:
         "errors": failures.summarize(run.requests),   # the error rate, counts, most frequent texts
         "rate": {"offered_per_s": _rate(req["intended_ns"]), "achieved_per_s": _rate(req["dispatched_ns"])},
         "throughput": {"output_tokens_per_s": per_s(output_tokens),
-                       "requests_per_s": per_s(n_ok)},
+                       "requests_per_s": per_s(n_ok),
+                       # what a pooling API (embeddings, rerank) is measured by: prompt tokens it processed
+                       "prompt_tokens_per_s": per_s(prompt_tokens)},
         "latency_ms": {m: latency[m] for m in METRICS},
         "percentiles": metrics.PERCENTILE_RULE,
         "histograms": histograms(run.path),

@@ -174,6 +174,7 @@ class Recorder:
         self._finished: list[Row] = []
         self.done = self.failed = 0
         self.ttft_window_ns: list[int] = []  # recent TTFTs for the progress line
+        self.e2e_window_ns: list[int] = []   # recent e2e of answers without a token (embeddings, rerank): the same
 
     def finish(self, row: Row) -> None:
         self._finished.append(row)
@@ -182,6 +183,9 @@ class Recorder:
             if row.first_token_ns is not None:
                 self.ttft_window_ns.append(row.first_token_ns - row.intended_ns)
                 del self.ttft_window_ns[:-200]
+            elif row.last_token_ns is not None:   # a pooling answer: no first token, its e2e
+                self.e2e_window_ns.append(row.last_token_ns - row.intended_ns)
+                del self.e2e_window_ns[:-200]
         elif row.outcome not in (CANCELLED, ABANDONED):  # never sent / closed as planned: not a failure
             self.failed += 1
 

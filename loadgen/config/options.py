@@ -25,9 +25,12 @@ RUN, SCHEDULE, SWEEP = "run", "schedule", "sweep"
 BOTH = (RUN, SCHEDULE, SWEEP)        # the workload's own keys
 RUNS = (RUN, SWEEP)                  # run options a sweep passes to every point
 TARGETED = (RUN, SWEEP, "fit")       # how to talk to the target: every command that asks it
-APIS = ("completions", "chat", "responses", "messages")
+APIS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 # The event-stream APIs (OpenAI's /v1/responses, Anthropic's /v1/messages): OpenAI-compatible servers only
 EVENT_APIS = ("responses", "messages")
+# The pooling APIs (/v1/embeddings, /v1/rerank): one JSON answer, no generated token, so no TTFT/ITL/TPOT
+# (docs/metrics.md); OpenAI-compatible servers only (config/pooling.py refuses what they cannot carry)
+POOLING_APIS = ("embeddings", "rerank")
 BACKENDS = ("openai", "ollama", "llamacpp")   # loadgen/client/backends/
 TOKENIZERS = ("auto", "server", "approximate", "local")
 TRACE_FORMATS = ("azure", "mooncake", "burstgpt", "jsonl")
@@ -77,8 +80,9 @@ class Option:
 
 def takes_messages(api: str) -> bool:
     """The API sends a message list that the server renders through its chat template (every API but
-    completions): prompts are counted as chat messages (plan/prompts.py, probe/server_tokenizer.py)."""
-    return api != "completions"
+    completions and the pooling APIs, whose input is raw text): prompts are counted as chat messages
+    (plan/prompts.py, probe/server_tokenizer.py)."""
+    return api not in ("completions", *POOLING_APIS)
 
 
 def _o(flag, help, **kw) -> Option:
@@ -88,7 +92,8 @@ def _o(flag, help, **kw) -> Option:
 OPTIONS = (
     _o("--model", "model name sent in every request (asked of the target's /v1/models when absent)",
        key="model", field="model", metavar="NAME"),
-    _o("--api", "completions | chat | responses (OpenAI /v1/responses) | messages (Anthropic /v1/messages)",
+    _o("--api", "completions | chat | responses (OpenAI /v1/responses) | messages (Anthropic /v1/messages) | "
+       "embeddings (/v1/embeddings) | rerank (/v1/rerank; [rerank] table)",
        key="api", field="api", kind=kinds.choice(APIS), default="completions",
        metavar="API"),
     _o("--backend", "server API family: openai | ollama | llamacpp", key="backend", field="backend",

@@ -10,7 +10,7 @@ from typing import Any
 from loadgen.config.credentials import url_problems
 from loadgen.config.kinds import INT64_MAX, is_file, is_number
 from loadgen.config.lengths import DEFAULT_MAX, MAX_VALUE, Lengths
-from loadgen.config.options import OPTIONS, TRACE_FORMATS
+from loadgen.config.options import OPTIONS, POOLING_APIS, TRACE_FORMATS
 from loadgen.config.runconfig import (IMAGE_FILLS, AbandonSpec, ImageSpec, MixClass, PrefixSpec, RunConfig,
                                       SessionSpec, TraceSpec)
 from loadgen.config.sections import Reader
@@ -98,9 +98,11 @@ def mix(r: Reader) -> tuple[MixClass, ...]:
             w = 1.0
         total += w
         name = _class_name(r, k, c.get("name", f"mix{i}"), names)
-        classes.append((float(w), r.lengths(f"{k}.prompt", c.get("prompt")),
-                        r.lengths(f"{k}.output", c.get("output")), name, _class_model(r, k, c.get("model")),
-                        _class_priority(r, k, c.get("priority"))))
+        # a pooling API generates nothing: a class gives no output length (config/pooling.py refuses one)
+        pooling = r.api() in POOLING_APIS and c.get("output") is None
+        output = Lengths(value=0) if pooling else r.lengths(f"{k}.output", c.get("output"))
+        classes.append((float(w), r.lengths(f"{k}.prompt", c.get("prompt")), output, name,
+                        _class_model(r, k, c.get("model")), _class_priority(r, k, c.get("priority"))))
     return tuple(MixClass(w / total, p, o, n, model, prio) for w, p, o, n, model, prio in classes)
 
 
@@ -248,7 +250,7 @@ def image(r: Reader) -> ImageSpec | None:
     if fill not in IMAGE_FILLS:
         r.bad("image.fill", f"must be one of {', '.join(IMAGE_FILLS)}, got {fill!r}")
         fill = "noise"
-    if r.option("api") != "chat":
+    if r.api() != "chat":
         r.bad("image", "images are sent as chat message parts: needs api = \"chat\"")
     return ImageSpec(float(share), count, sides["width"], sides["height"], fill)
 

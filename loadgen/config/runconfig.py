@@ -95,6 +95,15 @@ class ImageSpec:
 
 
 @dataclass(frozen=True)
+class RerankSpec:
+    """[rerank] (api = "rerank"): each request ranks `documents` documents (a count drawn per request) of
+    `document_tokens` tokens each (drawn per document) against its query, whose length is prompt.tokens
+    (config/pooling.py; plan/schedule.py draws them, plan/bodies.py writes their text)."""
+    documents: Lengths
+    document_tokens: Lengths
+
+
+@dataclass(frozen=True)
 class StructuredSpec:
     """[request] tools, tool_choice, response_format (config/structured.py); plan/structured.py builds the
     body fields from it, generated ones deterministic from the seed."""
@@ -163,6 +172,7 @@ class RunConfig:
     session: SessionSpec | None = None
     abandon: AbandonSpec | None = None
     image: ImageSpec | None = None
+    rerank: RerankSpec | None = None   # api = "rerank": its documents (None for every other API)
     tokenizer: str = default("tokenizer")
     prompt_salt: int | None = None  # prompt texts' salt (plan/bodies.py); None until run_workload draws one
     tokenizer_file: str | None = None

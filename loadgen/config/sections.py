@@ -14,14 +14,14 @@ from typing import Any
 from loadgen.config import lengths as lengths_mod
 from loadgen.config.kinds import INT64_MAX, is_decimal, is_file
 from loadgen.config.lengths import Lengths
-from loadgen.config.options import BY_KEY, EVENT_APIS, OPTIONS
+from loadgen.config.options import APIS, BY_KEY, EVENT_APIS, OPTIONS, POOLING_APIS
 from loadgen.config.runconfig import INFINITE_RATES, PROCESSES, Arrivals
 from loadgen.config.units import parse_duration_ns, parse_rate_per_s
 
 # The keys a workload file may hold, per table; anything else is reported (typos must not pass silently).
 KEYS = {
     "": {"name", "model", "api", "backend", "seed", "arrivals", "run", "prompt", "output", "request",
-         "trace", "mix", "prefix", "session", "abandon", "image"},
+         "trace", "mix", "prefix", "session", "abandon", "image", "rerank"},
     "arrivals": {"process", "rate", "burstiness", "rate_from", "ramp", "stages", "base"},
     "run": {"requests", "duration", "warmup_requests", "max_concurrency", "request_timeout", "drain_timeout",
             "max_send_lag_p99", "max_rate_deviation", "max_cv_deviation", "concurrency", "think_time",
@@ -32,11 +32,13 @@ KEYS = {
     "session": {"turns", "think_ms", "max_tool_rounds", "tool_latency_ms", "tool_result_tokens"},
     "abandon": {"share", "after_ms", "after_tokens"},
     "image": {"share", "count", "width", "height", "fill"},
+    "rerank": {"documents", "document_tokens"},
     "output": {"tokens"},
     "request": {"api_key_env", "extra_body", "tools", "tool_choice", "response_format"},
 }
 RESERVED_BODY = {"model", "prompt", "messages", "stream", "max_tokens",   # set by loadgen itself
-                 "input", "max_output_tokens", "system"}             # (responses, messages)
+                 "input", "max_output_tokens", "system",             # (responses, messages)
+                 "query", "documents"}                               # (embeddings, rerank)
 STRUCTURED_BODY = ("tools", "tool_choice", "response_format")   # [request] keys of their own (structured.py)
 
 
@@ -83,6 +85,12 @@ class Reader:
         except ValueError as e:
             self.bad(key, str(e))
             return row.value
+
+    def api(self) -> str:
+        """The workload's api, read again by the sections that depend on it (top() reports a bad one, once;
+        here a bad one reads as the default)."""
+        v = self.get("api")
+        return v if isinstance(v, str) and v in APIS else BY_KEY["api"].value
 
     def integer(self, key: str, default: int | None, minimum: int, value: Any = None,
                 maximum: int = INT64_MAX) -> int | None:
@@ -167,7 +175,7 @@ def top(r: Reader) -> dict[str, Any]:
     if model is not None and (not isinstance(model, str) or not model):
         r.bad("model", f"must be a non-empty string, got {model!r}")
     api, backend = r.option("api"), r.option("backend")
-    if api in EVENT_APIS and backend != "openai":
+    if (api in EVENT_APIS or api in POOLING_APIS) and backend != "openai":
         r.bad("api", f"{api!r} is served by OpenAI-compatible servers (vLLM, SGLang, llama-server, Ollama's "
                      f"/v1): it needs backend = \"openai\", not {backend!r}")
     return {"name": r.get("name") or Path(r.source).stem, "model": model if isinstance(model, str) else "",
@@ -325,7 +333,11 @@ def prompt(r: Reader, skip_lengths: bool) -> dict[str, Any]:
             r.bad("prompt.dataset", f"no such file {str(r.base_dir / str(dataset))!r} (a ShareGPT-format JSON file)")
         else:
             dataset = str(r.base_dir / dataset)
+    # a pooling API (embeddings, rerank) generates nothing: output length 0, never read from the file
+    # (config/pooling.py refuses one); the manifest's config.output_tokens says 0
+    generates = r.api() not in POOLING_APIS
+    output = (r.lengths("output.tokens") if not skip_lengths else Lengths(value=1)) if generates else Lengths(value=0)
     return {"prompt_tokens": r.lengths("prompt.tokens") if not skip_lengths else Lengths(value=1),
-            "output_tokens": r.lengths("output.tokens") if not skip_lengths else Lengths(value=1),
+            "output_tokens": output,
             "tokenizer": tokenizer, "tokenizer_file": tokenizer_file if isinstance(tokenizer_file, str) else None,
             "dataset": dataset if isinstance(dataset, str) else None, "prompt_salt": r.option("prompt.salt")}

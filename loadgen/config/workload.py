@@ -4,7 +4,7 @@ A workload file (see workloads/quickstart.toml):
 
     name = "quickstart"            # optional, defaults to the file's stem
     model = "NAME"                 # optional: the one the target serves (/v1/models) when absent
-    api = "chat"                   # completions | chat | responses | messages
+    api = "chat"                   # completions | chat | responses | messages | embeddings | rerank
     backend = "openai"             # openai | ollama | llamacpp (the server's API family)
     seed = 42
 
@@ -105,6 +105,10 @@ Production-shaped workloads add:
     height = 448
     fill = "noise"                 # noise | flat
 
+    [rerank]                       # api = "rerank" only (config/pooling.py): each request's documents
+    documents = 8                  # documents per request (any length form; default 8)
+    document_tokens = { dist = "uniform", min = 32, max = 256 }   # each document's length in tokens
+
 validate() runs every section's validation (sections.py, parts.py) and the client options' (client.py)
 and raises one ConfigError with every problem, each naming the file and key (or the CLI flag that set
 it). A field changed after loading goes through with_overrides(), which validates it again.
@@ -119,12 +123,12 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 import tomllib
 
 from loadgen.errors import ConfigError
-from loadgen.config import parts, sections, shipped, structured
+from loadgen.config import parts, pooling, sections, shipped, structured
 from loadgen.config.client import ClientOptions, client_options
 from loadgen.config.credentials import redact_url, url_problems
 from loadgen.config.kinds import is_file
 from loadgen.config.lengths import Lengths, problems as lengths_problems
-from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, TOKENIZERS
+from loadgen.config.options import BACKENDS, BY_FIELD, BY_FLAG, FLAG_KEYS, POOLING_APIS, TOKENIZERS
 from loadgen.config.runconfig import (Arrivals, MixClass, PrefixSpec, RunConfig, SessionSpec,  # noqa: F401
                                       TraceSpec)
 from loadgen.config.runconfig import PROCESSES
@@ -288,10 +292,13 @@ def validate(raw: dict, source: str, sources: dict[str, str] | None = None, **ru
     prompt = sections.prompt(r, bool(mix) or (trace is not None and trace.lengths))
     config = RunConfig(**head, arrivals=arrivals, **run, **request, **prompt, **options, source=source,
                        trace=trace, mix=mix, prefix=parts.prefix(r), session=parts.session(r),
-                       abandon=parts.abandon(r), image=parts.image(r),
+                       abandon=parts.abandon(r), image=parts.image(r), rerank=pooling.rerank(r),
                        structured=structured.spec(r))
+    if config.api in POOLING_APIS:  # the calibration's probes time a first token, which these answers lack
+        config = replace(config, calibrate=False)
     parts.across(r, config)
     structured.across(r, config)
+    pooling.across(r, config)
     if r.problems:
         raise ConfigError(r.problems)
     return config

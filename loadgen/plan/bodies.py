@@ -35,6 +35,10 @@ Images ([image]): row i's n images, generated from (seed, salt, i) (plan/images.
 its last user message after the text; the text is fitted as without them (the planned prompt counts text
 only; the server adds its own image tokens, which the row's prompt_tokens then include).
 
+Rerank ([rerank], api = "rerank"): the request's text is the query (fitted as a whole prompt, as above), and
+its documents are texts of their planned lengths, counted alone, document k of row i drawn from
+(seed, salt, i, k); no two documents share a word by construction.
+
 Salt (`prompt.salt`, manifest `config.prompt_salt`): every text above is drawn from (seed, salt, ...), so
 the salt changes every word and no length (lengths and times come from the seed alone, schedule.py).
 What the rules above share, they share within one run; two runs share nothing unless they use the same
@@ -154,8 +158,16 @@ class Bodies:
                                    *images.parts(n, w, h, self._rng(5, i), fill)]
         j = int(self.s.mix_class[i])
         cls = self.mix[j] if j != NONE and self.mix else None
+        if self.s.document_tokens is not None:  # api = "rerank": the text is the query, then its documents
+            return self.backend.body_documents(msgs[-1]["content"], self.documents(i),
+                                               model=cls.model if cls else None)
         return self.backend.body_messages(msgs, int(self.s.max_tokens[i]), model=cls.model if cls else None,
                                           priority=cls.priority if cls else None)
+
+    def documents(self, i: int) -> list[str]:
+        """Row i's rerank documents: each of its planned length, counted alone, drawn from (seed, salt, i, k)."""
+        assert self.s.document_tokens is not None
+        return [self.maker.text(int(n), self._rng(7, i, k)) for k, n in enumerate(self.s.document_tokens[i])]
 
     def next_turn(self, j: int, prev_row, prev_reads: list[bytes]) -> tuple[bytes, int, int | None]:
         """Body of row j, the turn after prev_row, built when prev_row's reply is complete; its planned

@@ -23,6 +23,7 @@ from loadgen import metrics
 from loadgen.plan import arrivals
 from loadgen.plan import lengths
 from loadgen.plan import pool
+from loadgen.config.options import POOLING_APIS
 from loadgen.config.workload import Lengths, RunConfig
 from loadgen.plan import datasets, traces
 from loadgen.plan.traces import Trace
@@ -30,7 +31,7 @@ from loadgen.plan.traces import Trace
 # Sub-seeds per random stream, so changing one stream (e.g. output lengths) leaves the others intact.
 _ARRIVAL_STREAM, _PROMPT_STREAM, _OUTPUT_STREAM, _TEXT_STREAM = 0, 1, 2, 3
 _MIX_STREAM, _PREFIX_STREAM, _TURNS_STREAM, _THINK_STREAM, _EMPIRICAL_STREAM, _DATASET_STREAM = 4, 5, 6, 7, 8, 9
-_ABANDON_STREAM, _IMAGE_STREAM, _TOOL_LATENCY_STREAM, _TOOL_TOKENS_STREAM = 10, 11, 12, 13
+_ABANDON_STREAM, _IMAGE_STREAM, _TOOL_LATENCY_STREAM, _TOOL_TOKENS_STREAM, _RERANK_STREAM = 10, 11, 12, 13, 14
 NONE = -1  # "not set" in the int64 columns below
 _UNSET = np.zeros(0, dtype=np.int64)  # a Schedule column not given (replaced in __post_init__, never kept)
 
@@ -69,6 +70,9 @@ class Schedule:
     tool_latency_ns: np.ndarray = field(default_factory=_unset)  # int64
     tool_tokens: np.ndarray = field(default_factory=_unset)      # int64
     max_tool_rounds: int = 0          # tool-result requests in a row, at most (0 = not agentic)
+    # api = "rerank": each row's document lengths (an int64 array per row; its query is new_tokens long and
+    # prompt_tokens counts every (query, document) pair the server scores: documents x query + their tokens)
+    document_tokens: list | None = None
     info: dict = field(default_factory=dict)  # for the manifest: trace rows read / skipped
 
     def __post_init__(self) -> None:
@@ -139,6 +143,10 @@ def build(config: RunConfig, trace=None) -> Schedule:
         s = _with_abandon(config, s)
     if config.image is not None:
         s = _with_images(config, s)
+    if config.api in POOLING_APIS:  # nothing is generated: no max_tokens is sent or recorded
+        s = replace(s, max_tokens=np.zeros(len(s), dtype=np.int64))
+    if config.rerank is not None:
+        return _with_documents(config, s)  # (no context fit: the server's limit holds each pair, not the sum)
     if config.context_source:  # the target's context limit is known (run/prepare.py): every process fits alike
         from loadgen.plan.context import fit_context  # (context.py works on a Schedule: imported late)
         s = fit_context(s, config)
@@ -170,6 +178,20 @@ def _with_images(config: RunConfig, s: Schedule) -> Schedule:
             for k, spec in enumerate((m.count, m.width, m.height), start=1)]
     return replace(s, images=np.where(carries, draw[0], 0), image_width=np.where(carries, draw[1], NONE),
                    image_height=np.where(carries, draw[2], NONE))
+
+
+def _with_documents(config: RunConfig, s: Schedule) -> Schedule:
+    """[rerank]: each request's document count and every document's length, drawn from the seed; its
+    planned prompt becomes what the server prefills, one sequence per (query, document) pair:
+    documents x query tokens + the documents' tokens."""
+    m = config.rerank
+    assert m is not None  # (build() calls this only then)
+    n = len(s)
+    counts = lengths.sample(m.documents, n, sub_seed(config.seed, _RERANK_STREAM))
+    flat = lengths.sample(m.document_tokens, int(counts.sum()), sub_seed(config.seed, _RERANK_STREAM, 1))
+    docs = np.split(flat, np.cumsum(counts)[:-1]) if n else []
+    prompt = counts * s.new_tokens + np.array([int(d.sum()) for d in docs], dtype=np.int64)
+    return replace(s, document_tokens=docs, prompt_tokens=prompt)
 
 
 def _with_dataset(config: RunConfig, s: Schedule, convs) -> Schedule:
@@ -379,6 +401,8 @@ def plan_records(s: Schedule) -> list[dict]:
                     "image_height": _opt(s.image_height[i]),
                     "mix_class": _opt(s.mix_class[i]), "warmup": bool(s.warmup[i]),
                     "tool_latency_ns": _opt(s.tool_latency_ns[i]), "tool_tokens": _opt(s.tool_tokens[i])})
+        if s.document_tokens is not None:  # api = "rerank": the query's tokens and each document's
+            out[-1] |= {"query_tokens": int(s.new_tokens[i]), "document_tokens": s.document_tokens[i].tolist()}
     return out
 
 

@@ -23,7 +23,8 @@ def to_text(summary: Summary) -> str:
         "outcomes   " + "  ".join(f"{k} {v}" for k, v in sorted(summary["outcomes"].items())),
         *_error_lines(summary.get("errors")),
         f"rate       offered {_f(rate['offered_per_s'])}/s  achieved {_f(rate['achieved_per_s'])}/s",
-        f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s",
+        f"throughput {_f(thr['requests_per_s'])} req/s  {_f(thr['output_tokens_per_s'])} output tok/s"
+        + (f"  {_f(thr['prompt_tokens_per_s'])} prompt tok/s" if thr.get("prompt_tokens_per_s") is not None else ""),
         *_prefix_cache_lines(summary),
         *_abandoned_lines(summary),
         *_reply_lines(summary),

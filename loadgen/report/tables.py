@@ -81,6 +81,8 @@ def overview(s: Summary) -> Table:
             ["offered rate (req/s)", Key("rate.offered_per_s")], ["achieved rate (req/s)", Key("rate.achieved_per_s")],
             ["throughput (ok req/s)", Key("throughput.requests_per_s")],
             ["throughput (output tok/s)", Key("throughput.output_tokens_per_s")]]
+    if (s.get("throughput") or {}).get("prompt_tokens_per_s") is not None:  # (summaries before it: none)
+        rows.append(["throughput (prompt tok/s)", Key("throughput.prompt_tokens_per_s")])
     rows += [[f"outcome {k}", Key(f"outcomes.{k}")] for k in sorted(s.get("outcomes") or {})]
     if isinstance(s.get("prefix_cache"), dict):  # analysis/prefix_cache.py (runs before it: no rows)
         rows += [["prefix-cache hit rate", Key("prefix_cache.hit_rate")],

@@ -129,7 +129,7 @@ class RunSummary(TypedDict):
     outcomes: dict[str, int]                       # {outcome: rows}
     errors: Json                                   # analysis/failures.summarize: rate, counts, top texts
     rate: dict[str, float | None]                  # offered_per_s, achieved_per_s
-    throughput: dict[str, float | None]            # output_tokens_per_s, requests_per_s
+    throughput: dict[str, float | None]            # output_tokens_per_s, requests_per_s, prompt_tokens_per_s
     latency_ms: dict[str, dict[str, float | None]]  # {metric: {stat: ms}}
     percentiles: str                               # the percentile rule in words
     histograms: dict[str, Json] | None             # {metric: HDR summary} of the .hlog files

@@ -32,6 +32,7 @@ import polars as pl
 from loadgen import __version__, metrics
 from loadgen.analysis import failures
 from loadgen.client.closedloop import load_model
+from loadgen.config.options import POOLING_APIS
 from loadgen.config.slo import slo_keys
 from loadgen.config.workload import RunConfig, redact_url
 from loadgen.plan.prompts import usage_check
@@ -43,6 +44,8 @@ from loadgen.run.outcome import RunOutcome, say, say_lengths
 from loadgen.run.prepare import Target
 
 CALIBRATION_OFF = ("off (--no-calibrate): without server timings, queue and prefill cannot be separated")
+# api = embeddings | rerank: the probes time a first token, which a pooling answer does not have
+CALIBRATION_POOLING = "off: a pooling API (embeddings, rerank) answers with no first token for the probes to time"
 
 
 @dataclass
@@ -169,6 +172,8 @@ def judge(config: RunConfig, requests: pl.DataFrame, status: str, lengths: dict 
         # a row with images ([image]) is left out: its server count adds the server's image tokens to the
         # planned text (summary `images` reports them)
         ok = requests.filter((pl.col("outcome") == "ok") & pl.col("images").is_null())
+        if config.api == "rerank":  # the server counts each (query, document) pair with its own special tokens
+            ok = ok.clear()         # and separators: not the plan's text (its truth is checked in the tests)
         usage_check(lengths, list(zip(ok["planned_prompt_tokens"].to_list(), ok["prompt_tokens"].to_list())))
         if status == "complete" and not lengths["exact"] and not lengths["asked_approximate"]:
             # the server was offered other prompts than the plan's: the run does not describe the workload
@@ -242,6 +247,8 @@ def calibration_note(config: RunConfig, path: Path, records: list[dict] | None =
     why none: `failed: WHY` with the calibrating process's reason (its record's calibration_failed)."""
     if (path / "calibration.json").is_file():
         return "calibration.json"
+    if config.api in POOLING_APIS:
+        return CALIBRATION_POOLING
     if not config.calibrate:
         return CALIBRATION_OFF
     why = next((r["calibration_failed"] for r in records or () if r.get("calibration_failed")), None)

@@ -48,6 +48,7 @@ from loadgen.client.recorder import Recorder, Row
 from loadgen.client.runner import Runner
 from loadgen.client.transport import AiohttpTransport
 from loadgen.config.credentials import remember_sent, split_url
+from loadgen.config.options import POOLING_APIS
 from loadgen.config.workload import RunConfig, redact_url
 from loadgen.errors import StorageError
 from loadgen.plan.bodies import Bodies
@@ -251,6 +252,8 @@ async def _before_t0(job: Job, clock: Clock, stop: asyncio.Event, tls: ssl.SSLCo
         job.calibration_failed = await _calibrate(config, job.schedule, job.backend, url, headers, clock,
                                                   job.writer, progress, stop, tls,
                                                   job.shaper.maker if job.shaper is not None else None)
+    elif config.api in POOLING_APIS:
+        say(progress, f"calibration off: api = {config.api} answers with no first token for the probes to time")
     else:
         say(progress, "calibration off (--no-calibrate): unless the server reports per-request timings, the "
                       "report cannot split TTFT into queueing and prefill")
@@ -529,13 +532,15 @@ def _tracker(feed: Feed, runner: Runner, rows: list[Row], t0: int, closed: bool,
 def _progress_line(runner: Runner, recorder: Recorder, t0: int, total: int, now_ns) -> str:
     elapsed_s = max(1e-9, (now_ns() - t0) / 1e9)
     ttfts = recorder.ttft_window_ns
-    p50 = f"{metrics.quantiles(np.asarray(ttfts), (0.5,))[0] / 1e6:.1f}ms" if ttfts else "-"
+    # answers without a token (embeddings, rerank) have no TTFT: their e2e is shown instead
+    name, window = ("ttft", ttfts) if ttfts or not recorder.e2e_window_ns else ("e2e", recorder.e2e_window_ns)
+    p50 = f"{metrics.quantiles(np.asarray(window), (0.5,))[0] / 1e6:.1f}ms" if window else "-"
     # a duration-bounded closed loop sends what its users reach of its pool (closedloop.py)
     sent = (f"{runner.dispatched} (pool {total})" if getattr(runner, "deadline_ns", None) is not None
             else f"{runner.dispatched}/{total}")
     return (f"[{elapsed_s:7.1f}s] sent {sent}  done {recorder.done}  "
             f"failed {recorder.failed}  in-flight {len(runner.in_flight)}  "
-            f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 ttft {p50}")
+            f"rate {runner.dispatched / elapsed_s:.1f}/s  p50 {name} {p50}")
 
 
 async def _progress_loop(out: TextIO | None, runner: Runner, recorder: Recorder, t0: int, total: int,

@@ -13,6 +13,7 @@ from loadgen.sim.truth import FLUSH_EVERY_S
 from loadgen.sim.clock import stop_ticker
 from loadgen.sim.event_apis import Messages, Responses
 from loadgen.sim.openai_api import ChatCompletions, Completions
+from loadgen.sim.pooling_apis import Embeddings, Rerank
 from loadgen.sim.server import Sim, json_response
 from loadgen.sim.tokenize_api import routes as tokenize_routes
 
@@ -20,6 +21,7 @@ from loadgen.sim.tokenize_api import routes as tokenize_routes
 def build_app(sim: Sim, extra_routes=()) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     completions, chat, responses, messages = Completions(), ChatCompletions(), Responses(), Messages()
+    embeddings, rerank = Embeddings(), Rerank()
 
     async def h_completions(request):
         return await sim.serve(request, completions)
@@ -32,6 +34,12 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
 
     async def h_messages(request):
         return await sim.serve(request, messages)
+
+    async def h_embeddings(request):
+        return await sim.serve(request, embeddings)
+
+    async def h_rerank(request):
+        return await sim.serve(request, rerank)
 
     async def h_health(request):
         return web.Response(text="")
@@ -62,6 +70,8 @@ def build_app(sim: Sim, extra_routes=()) -> web.Application:
     app.router.add_post("/v1/chat/completions", h_chat)
     app.router.add_post("/v1/responses", h_responses)
     app.router.add_post("/v1/messages", h_messages)
+    app.router.add_post("/v1/embeddings", h_embeddings)
+    app.router.add_post("/v1/rerank", h_rerank)
     app.router.add_get("/health", h_health)
     app.router.add_get("/v1/models", h_models)
     app.router.add_get("/metrics", h_metrics)

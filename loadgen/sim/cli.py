@@ -150,6 +150,9 @@ def build_parser(errors: list[str] | None = None) -> argparse.ArgumentParser:
                    help="a request that sends tools under tool_choice auto (or none sent) is answered with a "
                         "tool call with probability P, else in plain text (seeded by its request id; "
                         "sim/structured.py; default 1)")
+    p.add_argument("--embedding-dim", type=c("--embedding-dim", int), default=8, metavar="D",
+                   help="/v1/embeddings: floats in each embedding vector (deterministic, from the input's text; "
+                        "a body's `dimensions` overrides it; sim/pooling_apis.py; default 8)")
     p.add_argument("--invalid-json-share", type=c("--invalid-json-share", float), default=0.0, metavar="P",
                    help="a request that sends tools or response_format gets an invalid reply with probability P "
                         "(seeded by its request id; the truth's reply_valid says which; sim/structured.py; "
@@ -287,6 +290,9 @@ def _make_sim(args, faults, child=None):
     if not 0 <= args.tool_call_share <= 1:
         raise ValueError(f"--tool-call-share {args.tool_call_share}: must be a share in [0, 1]")
     sim.tool_call_share = args.tool_call_share
+    if not 1 <= args.embedding_dim <= 65536:
+        raise ValueError(f"--embedding-dim {args.embedding_dim}: must be in 1..65536")
+    sim.embedding_dim = args.embedding_dim
     backend.metrics = sim.metrics
     from loadgen.sim.native_apis import routes as native_routes
 

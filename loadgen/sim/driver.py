@@ -111,7 +111,9 @@ class EngineBackend:
             m = self.metrics
             if m is not None:
                 m.counters["vllm:prompt_tokens"] += step.prefill_tokens
-                m.counters["vllm:generation_tokens"] += len(produced)
+                # a pooling request's prefill end is no generated token (pooling_apis.py)
+                m.counters["vllm:generation_tokens"] += sum(1 for seq, _ in produced
+                                                            if not getattr(seq.req, "pooling", False))
                 m.counters["vllm:num_preemptions"] = e.num_preemptions
                 m.counters["vllm:prefix_cache_queries"] = e.prefix_queries
                 m.counters["vllm:prefix_cache_hits"] = e.prefix_hits

@@ -30,6 +30,7 @@ class Generation:
         self.stalled = False  # an engine stall (fault) delayed it
         self.priority = 0  # the body's `priority` (engine.py reads it under --scheduling-policy priority)
         self.model = ""    # the model it asked for (the truth's `model`)
+        self.pooling = False  # embeddings / rerank: its one "token" is the prefill's end, never sent (driver.py)
 
     async def wait_for(self, n: int) -> None:
         raise NotImplementedError

@@ -95,14 +95,17 @@ class SimMetrics:
                           "Simulator health: token send time minus its due time.", LATENESS_BUCKETS_S)
 
     def observe_request(self, row: dict) -> None:
-        # row: a truth row (see truth.py) of a request that completed with at least one token
+        # row: a truth row (see truth.py) of a request that completed with at least one token, or a pooling
+        # request (embeddings, rerank) that completed: no token, no TTFT/ITL/TPOT, its prefill and e2e
         tok = row["token_ns"]
-        if row["outcome"] != "ok" or not tok:
+        pooled = row["endpoint"] in ("embeddings", "rerank")
+        if row["outcome"] != "ok" or not (tok or pooled):
             return
         self.request_success += 1
         self.prompt_tokens.observe(row["prompt_tokens"])
         self.generation_tokens.observe(len(tok))
-        self.ttft.observe((row["first_token_ns"] - row["arrival_ns"]) / 1e9)
+        if not pooled:
+            self.ttft.observe((row["first_token_ns"] - row["arrival_ns"]) / 1e9)
         for a, b in zip(tok, tok[1:]):
             self.itl.observe((b - a) / 1e9)
         if len(tok) > 1:

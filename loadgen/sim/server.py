@@ -114,6 +114,7 @@ class Sim:
         self.ignore_disconnect = False  # a request whose client went away generates on (--ignore-disconnect)
         self.invalid_json_share = 0.0  # structured replies drawn invalid (--invalid-json-share, structured.py)
         self.tool_call_share = 1.0     # tool_choice auto: replies that call a tool (--tool-call-share, structured.py)
+        self.embedding_dim = 8       # /v1/embeddings: floats per vector (--embedding-dim, pooling_apis.py)
         self.metrics = SimMetrics(model, speed, max_model_len)
         self.t0_ns = time.monotonic_ns()
         self.in_flight: dict[int, Callable[[], dict]] = {}  # rows for requests not yet finished
@@ -184,15 +185,18 @@ class Sim:
                                  http_status=400, outcome="http_error", **row_args))
             return web.json_response(surface.error_body(400, str(e)), status=400, headers=headers)
         ctx.gen = gen
+        pooled = bool(parsed.extra.get("pooling"))  # embeddings, rerank: prefill only (sim/pooling_apis.py)
+        gen.pooling = pooled
         token_ns: list[int] = []
         lateness_ns: list[int] = []
         state = {"outcome": "interrupted", "finish_ns": None}
 
         def make() -> dict:
             return make_row(scheduled_ns=gen.scheduled_ns,
+                            # a pooled answer's one stamp is its prefill's end: no output token is sent
                             first_token_ns=token_ns[0] if token_ns else None,
                             finish_ns=state["finish_ns"], preemptions=gen.preemptions,
-                            stall_ns=gen.stall_ns, token_ns=token_ns, lateness_ns=lateness_ns,
+                            stall_ns=gen.stall_ns, token_ns=[] if pooled else token_ns, lateness_ns=lateness_ns,
                             http_status=200, outcome=state["outcome"],
                             cached_tokens=gen.cached_tokens, reasoning=parsed.extra.get("reasoning", 0),
                             image_tokens=parsed.extra.get("image_tokens", 0),

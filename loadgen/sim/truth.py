@@ -19,6 +19,9 @@ identity holds there only to float rounding; check it on the `_ns` columns).
                   tool results it carries), joined by ","; null when it ends with none
   finish_ns       send time of the last token (= token_ns[-1]); for a failed request the time it
                   failed; null if it never finished (sim stopped)
+  (the pooling endpoints, embeddings and rerank: no token is sent, token_ns is empty and output_tokens 0;
+  first_token_ns is the end of the request's prefill, when its answer was ready, finish_ns when the JSON
+  answer was about to be written, and lateness_ns holds the answer's one lateness: sim/pooling_apis.py)
   token_ns        send time of every output token: the clock read just before the bytes are
                   written to the transport (a chunk of K tokens stamps K equal times). For a
                   non-streaming response it is when each token was produced; the body goes out

@@ -24,6 +24,9 @@ from tests.e2e.llama_server import free_port
 START_TIMEOUT_S = 300.0   # ~60 s idle; a busy shared 2-core host can take several times that
 STOP_TIMEOUT_S = 30.0
 MODEL_NAME = "tiny"
+# The tiny Llama served as an embedding model: /v1/embeddings, and /v1/rerank scored by embedding similarity
+# (no cross-encoder is needed for the endpoint's shape and counts)
+POOLING_FLAGS = ("--runner", "pooling", "--convert", "embed")
 CLI = Path(__file__).with_name("vllm_cli.py")
 
 

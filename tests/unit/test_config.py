@@ -59,7 +59,7 @@ def test_good_file_loads(tmp_path):
     (("requests = 10", 'duration = "1e400s"'), "w.toml: run.duration: bad duration '1e400s': at most 146 years"),
     # unknown API
     (('api = "chat"', 'api = "grpc"'),
-     "w.toml: api: must be one of completions, chat, responses, messages, got 'grpc'"),
+     "w.toml: api: must be one of completions, chat, responses, messages, embeddings, rerank, got 'grpc'"),
     # exactly one of requests and duration
     (("requests = 10", 'requests = 10\nduration = "5s"'), "w.toml: run: give exactly one of requests or duration"),
     (("requests = 10", 'duration = "5"'), "w.toml: run.duration: duration '5' needs a unit"),

@@ -46,6 +46,22 @@ def test_knee(points, knee_rate, first_bad, ttft_knee):
     assert [x["rate_per_s"] for x in k["excluded"]] == [p["rate_per_s"] for p in points if not p["valid"]]
 
 
+def pooled(rate, completed, e2e):
+    # a pooling API's point (embeddings, rerank): no TTFT, TPOT or ITL figures, e2e only
+    p = pt(rate, completed, e2e=e2e)
+    p["latency_ms"] = {"ttft": {"p50": None, "p99": None}, "tpot": {"p50": None}, "e2e": {"p50": e2e}}
+    return p
+
+
+def test_answers_without_a_token_queue_by_their_e2e():
+    # base e2e p50 10 ms: 19.9 ms is slower steps, 20.1 ms waits longer than a whole request took at low load
+    k = knee([pooled(2, 2.0, 10.0), pooled(4, 4.0, 19.9), pooled(8, 8.0, 20.1)])
+    assert (k["rate_per_s"], k["first_saturated_per_s"], k["saturated_by"]) == (4, 8, ["queueing"])
+    assert k["ttft_knee_per_s"] is None
+    # one side with a TTFT (not a pooling sweep): the e2e stand-in is not used
+    assert knee([pooled(2, 2.0, 10.0), pt(4, 4.0, e2e=50.0)])["first_saturated_per_s"] is None
+
+
 def test_knee_names_the_rules_a_point_broke_and_the_excluded_points_reasons():
     k = knee([pt(1, 1.0, valid=False), pt(2, 2.0, tpot=20.0), pt(8, 5.0, tpot=45.0, ttft_p50=106.0, waiting=3.0)])
     assert k["saturated_by"] == ["completions", "queueing", "tpot", "server_waiting"]

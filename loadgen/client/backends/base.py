@@ -16,7 +16,7 @@ Messages = list[dict[str, str]]   # [{"role": "system" | "user" | "assistant", "
 
 
 class Backend(Protocol):
-    api: str                # completions | chat
+    api: str                # completions | chat | responses | messages | embeddings | rerank (options.APIS)
     model: str
     path: str               # the endpoint every request is posted to
     # How the stream's events end (SSE b"\n\n", NDJSON b"\n") and how many come before the first that
