@@ -17,7 +17,7 @@ from loadgen.config.sections import Reader
 from loadgen.config.slo import split_slo_key
 from loadgen.config.units import parse_duration_ns
 
-MAX_WAIT_MS = 86_400_000   # [session] think_ms / tool_latency_ms: the longest wait, a day
+MAX_WAIT_MS = 86_400_000   # [session] think_ms / tool_latency_ms, [abandon] after_ms: the longest wait, a day
 MAX_TOOL_ROUNDS = 64        # [session] max_tool_rounds: tool-result requests in a row, at most
 TOOL_LATENCY_MS = 200       # [session] tool_latency_ms when not given (an agentic session)
 TOOL_RESULT_TOKENS = 64     # [session] tool_result_tokens when not given
@@ -178,8 +178,8 @@ def session(r: Reader) -> SessionSpec | None:
 
 
 def _wait_ms(r: Reader, key: str, spec: Lengths) -> Lengths:
-    """A wait in ms ([session] think_ms, tool_latency_ms): its largest draw at most MAX_WAIT_MS (its ns must
-    fit an int64: a larger one wrapped around, silently)."""
+    """A wait in ms ([session] think_ms, tool_latency_ms; [abandon] after_ms): its largest draw at most
+    MAX_WAIT_MS (its ns must fit an int64: a larger one wrapped around, silently)."""
     if spec.dist == "fixed":
         top = spec.value
     elif spec.dist == "uniform":
@@ -224,7 +224,7 @@ def abandon(r: Reader) -> AbandonSpec | None:
     if not is_number(share) or not 0 < share <= 1:
         r.bad("abandon.share", f"must be a number in (0, 1]: the share of requests abandoned, got {share!r}")
         share = 1.0
-    after_ms = r.lengths("abandon.after_ms") if "after_ms" in a else None
+    after_ms = _wait_ms(r, "abandon.after_ms", r.lengths("abandon.after_ms")) if "after_ms" in a else None
     after_tokens = r.lengths("abandon.after_tokens") if "after_tokens" in a else None
     if (after_ms is None) == (after_tokens is None):
         r.bad("abandon", "give after_ms (time from dispatch) or after_tokens (output tokens received), one of them")

@@ -164,6 +164,9 @@ def test_abandon_draws_its_share_and_points_from_the_seed(tmp_path):
     ('[prompt.x]\n', "w.toml: prompt.x: unknown key"),
     ('[abandon]\nafter_ms = 100\n', "w.toml: abandon.share: must be a number in (0, 1]"),
     ('[abandon]\nshare = 1.5\nafter_ms = 100\n', "w.toml: abandon.share: must be a number in (0, 1]"),
+    # its ns must fit an int64 (1e14 ms planned 7.8e18 ns, wrapped around, silently)
+    ('[abandon]\nshare = 1\nafter_ms = 100000000000000\n',
+     "w.toml: abandon.after_ms: draws up to 100000000000000 ms: at most 86400000 ms"),
     ('[abandon]\nshare = 0.5\n', "w.toml: abandon: give after_ms (time from dispatch) or after_tokens"),
     ('[abandon]\nshare = 0.5\nafter_ms = 100\nafter_tokens = 4\n', "w.toml: abandon: give after_ms"),
     ('[abandon]\nshare = 0.5\nafter_tokens = 0\n', "w.toml: abandon.after_tokens: must be >= 1"),
