@@ -30,7 +30,7 @@ from loadgen.probe.server_tokenizer import ServerTokenizer
 from loadgen.probe.servers import detect
 from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
-from tests.e2e.vllm_server import MODEL_NAME, VllmServer
+from tests.e2e.vllm_server import MODEL_NAME, serve
 from tests.integration.conftest import loadgen
 
 EXTRA = '[request]\nextra_body = { ignore_eos = true }\n'
@@ -38,22 +38,9 @@ ATTEMPTS = 3   # runs of the decomposition check (see there)
 WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 
-class Running:
-    """A server someone else started (VLLM_URL): never stopped here."""
-    def __init__(self, url: str):
-        self.url = url
-
-
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    if os.environ.get("VLLM_URL"):
-        yield Running(os.environ["VLLM_URL"].rstrip("/"))
-        return
-    srv = VllmServer(tmp_path_factory.mktemp("vllm") / "vllm.log")
-    srv.start()
-    FIGURES["vllm: start to healthy, s"] = round(srv.ready_s or 0, 1)
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory, "vllm", figure="vllm: start to healthy, s")
 
 
 def workload(tmp_path, name: str, api: str, body: str) -> str:

@@ -12,30 +12,21 @@ server.
 """
 from __future__ import annotations
 
-import os
 
 import polars as pl
 import pytest
 
 from loadgen import metrics
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import Running, counter_delta, run, workload
-from tests.e2e.vllm_server import VllmServer
+from tests.e2e.test_vllm import counter_delta, run, workload
+from tests.e2e.vllm_server import serve
 
 N, OUT = 12, 16
 
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    if os.environ.get("VLLM_URL"):
-        yield Running(os.environ["VLLM_URL"].rstrip("/"))
-        return
-    if not os.environ.get("VLLM_PYTHON"):
-        pytest.skip("no vLLM: VLLM_PYTHON is unset (`make e2e`, or eval \"$(tests/e2e/build_vllm.sh)\")")
-    srv = VllmServer(tmp_path_factory.mktemp("vllm-events") / "vllm.log")
-    srv.start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory, "vllm-events")
 
 
 @pytest.mark.parametrize("api", ["responses", "messages"])

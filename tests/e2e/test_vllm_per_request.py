@@ -17,8 +17,8 @@ import polars as pl
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import Running, check_rows, counter_delta, fresh_seed, report, run, workload
-from tests.e2e.vllm_server import VllmServer
+from tests.e2e.test_vllm import check_rows, counter_delta, fresh_seed, report, run, workload
+from tests.e2e.vllm_server import Running, VllmServer
 from tests.integration.conftest import loadgen
 
 SEATS = 2

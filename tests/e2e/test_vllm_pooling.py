@@ -13,15 +13,14 @@ is set (`make e2e` sets VLLM_PYTHON). ~60 s with the server's start.
 """
 from __future__ import annotations
 
-import os
 import textwrap
 
 import polars as pl
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import Running, counter_delta, report, run
-from tests.e2e.vllm_server import MODEL_NAME, POOLING_FLAGS, VllmServer
+from tests.e2e.test_vllm import counter_delta, report, run
+from tests.e2e.vllm_server import MODEL_NAME, POOLING_FLAGS, serve
 
 N = 12
 HEAD = f"""
@@ -49,15 +48,7 @@ RERANK = """
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    if os.environ.get("VLLM_URL"):
-        yield Running(os.environ["VLLM_URL"].rstrip("/"))
-        return
-    if not os.environ.get("VLLM_PYTHON"):
-        pytest.skip("no vLLM: VLLM_PYTHON is unset (`make e2e`, or eval \"$(tests/e2e/build_vllm.sh)\")")
-    srv = VllmServer(tmp_path_factory.mktemp("vllm-pooling") / "vllm.log", extra=POOLING_FLAGS)
-    srv.start()
-    yield srv
-    srv.stop()
+    yield from serve(tmp_path_factory, "vllm-pooling", extra=POOLING_FLAGS)
 
 
 @pytest.mark.parametrize("api", ["embeddings", "rerank"])

@@ -10,7 +10,6 @@ vLLM's own queue times, and only when they show queueing (the premise: a burst i
 """
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import polars as pl
@@ -18,7 +17,7 @@ import pytest
 
 from tests.e2e.conftest import FIGURES
 from tests.e2e.test_vllm import check_rows, fresh_seed, report, run, workload
-from tests.e2e.vllm_server import MODEL_NAME, VllmServer
+from tests.e2e.vllm_server import MODEL_NAME, serve
 
 ALIAS = f"{MODEL_NAME}-b"
 N = 24
@@ -45,14 +44,9 @@ MIX = f"""
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    if not (os.environ.get("VLLM_PYTHON") and os.environ.get("VLLM_MODEL")):
-        pytest.skip("VLLM_PYTHON / VLLM_MODEL not set (`eval \"$(tests/e2e/build_vllm.sh)\"` or `make e2e` sets them)")
-    srv = VllmServer(tmp_path_factory.mktemp("vllm-priority") / "vllm.log",
+    yield from serve(tmp_path_factory, "vllm-priority", url_env=None,
                      extra=("--served-model-name", MODEL_NAME, ALIAS, "--scheduling-policy", "priority",
                             "--max-num-seqs", "2", "--enable-per-request-metrics"))
-    srv.start()
-    yield srv
-    srv.stop()
 
 
 def test_two_priority_classes_against_vllm(vllm, tmp_path):

@@ -17,8 +17,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from tests.e2e.conftest import FIGURES
 from tests.e2e.llama_server import free_port
 
 START_TIMEOUT_S = 300.0   # ~60 s idle; a busy shared 2-core host can take several times that
@@ -36,6 +40,37 @@ def python_and_model() -> tuple[str, str]:
         raise RuntimeError("VLLM_PYTHON / VLLM_MODEL do not name a vLLM venv's python and a model folder: run "
                            "`make e2e` (it builds both with tests/e2e/build_vllm.sh and sets them)")
     return py, model
+
+
+class Running:
+    """A server someone else started (its URL from the environment): never stopped here."""
+    def __init__(self, url: str):
+        self.url = url
+
+
+def serve(tmp_path_factory, name: str, *, extra: tuple[str, ...] = (), url_env: str | None = "VLLM_URL",
+          figure: str | None = None) -> Iterator[VllmServer | Running]:
+    """A test module's vLLM, for its module-scoped fixture to `yield from`: the server at $url_env when that
+    is set (reused, not stopped); else one started with `extra` flags and stopped, its process group, when the
+    module ends (one vLLM at a time: ~3.5 GiB and a core); `figure`: the FIGURES key of its start-to-healthy
+    seconds. Without VLLM_PYTHON the module is skipped, except under CI (`make e2e` sets it: a CI run without
+    it is broken, not skipped)."""
+    url = os.environ.get(url_env) if url_env else None
+    if url:
+        yield Running(url.rstrip("/"))
+        return
+    if not os.environ.get("VLLM_PYTHON"):
+        if os.environ.get("CI"):
+            raise RuntimeError("CI: VLLM_PYTHON is unset (`make e2e` sets it from tests/e2e/build_vllm.sh)")
+        pytest.skip("no vLLM: VLLM_PYTHON is unset (`make e2e`, or eval \"$(tests/e2e/build_vllm.sh)\")")
+    srv = VllmServer(tmp_path_factory.mktemp(name) / "vllm.log", extra=extra)
+    srv.start()
+    if figure:
+        FIGURES[figure] = round(srv.ready_s or 0, 1)
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 class VllmServer:
