@@ -33,16 +33,25 @@ def to_text(summary: Summary) -> str:
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
+    # A metric without a single sample (every statistic null: no streamed token in a pooling run, no
+    # reasoning phase, every request failed) is named once below the table, not drawn as a row of dashes.
+    empty = []
     for m in METRICS:
         d = summary["latency_ms"].get(m)
-        if d is not None:
+        if d is not None and all(d[s] is None for s in STATS):
+            empty.append(m)
+        elif d is not None:
             lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    if empty:
+        lines.append(f"no samples: {', '.join(empty)}")
     lines.append(f"percentiles: {summary.get('percentiles') or PERCENTILE_RULE}; HDR figures take the same rank "
                  "and report its bucket's highest value (at most 0.1 % above)")
     h = summary.get("histograms")
     if h:
         lines += ["", f"{'HDR (*.hlog)':<16}{'count':>10}{'p50':>10}{'p99':>10}{'max':>10}{'out-of-range':>14}"]
         for m, d in h.items():
+            if d["count"] == 0 and m in empty:
+                continue   # named under the latency table
             lines.append(f"{m:<16}{d['count']:>10}" + "".join(f"{_f(d[s]):>10}" for s in ("p50", "p99", "max"))
                          + f"{d['out_of_range'] if d['out_of_range'] is not None else '-':>14}")
     g = summary.get("generator")

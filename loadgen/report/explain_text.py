@@ -32,6 +32,8 @@ def _f(v) -> str:
 def explain_lines(s: Summary) -> list[str]:
     d = s["decomposition_ms"]
     method = d.get("method")
+    if not d["n"]:   # nothing to split (a pooling run's rows have no first token): no table of dashes
+        return ["", "decomposition: no ok request with a first token to split into queue, prefill and decode"]
     lines = ["", f"decomposition (ms) of {d['n']} ok requests; method: {method}"
              + (f" — {METHOD_NOTE[method]}" if method in METHOD_NOTE else "")]
     if split_unavailable(s):
