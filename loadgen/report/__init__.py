@@ -13,6 +13,16 @@ def to_json(summary: Summary) -> str:
     return orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
+def sampled(summary: Summary) -> tuple[list[str], list[str]]:
+    """(the latency metrics with samples, those without), in METRICS order. A metric without a single sample
+    (every statistic null: no streamed token in a pooling run, every request failed) is named once by the
+    reports, not drawn as a row of dashes."""
+    lat = summary["latency_ms"]
+    present = [m for m in METRICS if lat.get(m) is not None]
+    empty = [m for m in present if all(lat[m][st] is None for st in STATS)]
+    return [m for m in present if m not in empty], empty
+
+
 def to_text(summary: Summary) -> str:
     r, rate, thr = summary["requests"], summary["rate"], summary["throughput"]
     lines = [
@@ -33,15 +43,10 @@ def to_text(summary: Summary) -> str:
         "",
         f"{'latency (ms)':<16}" + "".join(f"{s:>10}" for s in STATS),
     ]
-    # A metric without a single sample (every statistic null: no streamed token in a pooling run, no
-    # reasoning phase, every request failed) is named once below the table, not drawn as a row of dashes.
-    empty = []
-    for m in METRICS:
-        d = summary["latency_ms"].get(m)
-        if d is not None and all(d[s] is None for s in STATS):
-            empty.append(m)
-        elif d is not None:
-            lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
+    shown, empty = sampled(summary)
+    for m in shown:
+        d = summary["latency_ms"][m]
+        lines.append(f"{m:<16}" + "".join(f"{_f(d[s]):>10}" for s in STATS))
     if empty:
         lines.append(f"no samples: {', '.join(empty)}")
     lines.append(f"percentiles: {summary.get('percentiles') or PERCENTILE_RULE}; HDR figures take the same rank "

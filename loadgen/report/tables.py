@@ -12,9 +12,9 @@ from typing import Any
 
 from dataclasses import dataclass
 
-from loadgen.analysis.summary import METRICS, STATS
+from loadgen.analysis.summary import STATS
 from loadgen.analysis.telemetry import GAUGES
-from loadgen.report import BREAKDOWN_COLUMNS, _f
+from loadgen.report import BREAKDOWN_COLUMNS, _f, sampled
 from loadgen.report.explain_text import split_unavailable
 from loadgen.results.folder import Summary
 
@@ -158,9 +158,11 @@ def telemetry(s: Summary) -> Table | None:
 
 
 def latency(s: Summary) -> Table:
+    shown, empty = sampled(s)
     return Table("Latency (ms)", ["metric", *STATS],
-                 [[m, *(Key(f"latency_ms.{m}.{st}") for st in STATS)] for m in METRICS if m in s["latency_ms"]],
-                 "exact percentiles over all samples, summary.json `latency_ms`")
+                 [[m, *(Key(f"latency_ms.{m}.{st}") for st in STATS)] for m in shown],
+                 "exact percentiles over all samples, summary.json `latency_ms`"
+                 + (f"; no samples: {', '.join(empty)}" if empty else ""))
 
 
 def histograms(s: Summary) -> Table | None:
@@ -168,8 +170,10 @@ def histograms(s: Summary) -> Table | None:
     if not h:
         return None
     cols = ("count", "p50", "p99", "max", "out_of_range")
+    empty = sampled(s)[1]
     return Table("HdrHistogram interval logs (ms, cross-check)", ["metric", *cols],
-                 [[m, *(Key(f"histograms.{m}.{c}") for c in cols)] for m in h])
+                 [[m, *(Key(f"histograms.{m}.{c}") for c in cols)] for m in h
+                  if not (m in empty and not h[m]["count"])])
 
 
 def generator(s: Summary) -> Table | None:
@@ -200,7 +204,7 @@ DECOMPOSITION_COLUMNS = (("mean", "mean"), ("at p99 e2e", "p99_e2e"), ("at p99 T
 
 def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     d = s.get("decomposition_ms")
-    if not d:
+    if not d or not d.get("n"):   # nothing decomposed (a pooling run has no first token): no table of dashes
         return None
     rows: list[list[Cell]] = [[("  " + c) if c.startswith("decode_") else c,
                                *(Key(f"decomposition_ms.{k}.{c}") for _, k in DECOMPOSITION_COLUMNS)]

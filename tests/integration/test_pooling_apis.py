@@ -118,6 +118,12 @@ def test_rows_against_the_truth(tmp_path, api):
     assert "decomposition: no ok request with a first token to split into queue, prefill and decode" in lines
     html = loadgen("report", str(out), "--format", "html", "--out", str(tmp_path / "r.html"))
     assert html.returncode == 0, html.stderr
+    md = loadgen("report", str(out), "--format", "md", "--out", str(tmp_path / "r.md"))
+    assert md.returncode == 0, md.stderr
+    for page in (tmp_path / "r.html", tmp_path / "r.md"):   # the same rule in the pages' tables
+        shown = page.read_text()
+        assert "no samples: ttft, ttfa, ttft_from_send, itl, tpot" in shown and "Where the time went" not in shown
+        assert "| ttft |" not in shown and "<td>ttft</td>" not in shown
 
 
 @pytest.mark.parametrize("api", ["embeddings", "rerank"])
