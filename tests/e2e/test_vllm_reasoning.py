@@ -1,18 +1,20 @@
-"""End to end against vLLM streaming reasoning: `--reasoning-parser qwen3` serving the tiny Llama with `<think>`
-and `</think>` added to its vocabulary (VLLM_THINK_MODEL, tests/e2e/build_vllm.sh; vLLM's parsers look the
-markers up in the vocabulary and refuse to start without them). Its own server for the module (one vLLM at a
-time). The chat template opens no `<think>`: the parser takes the output as reasoning until a `</think>`.
+"""End to end against vLLM streaming reasoning: `--reasoning-parser qwen3`, then `--reasoning-parser deepseek_r1`
+(a server each, one after the other: one vLLM at a time), serving the tiny Llama with `<think>` and `</think>`
+added to its vocabulary (VLLM_THINK_MODEL, tests/e2e/build_vllm.sh; vLLM's parsers look the markers up in the
+vocabulary and refuse to start without them). The chat template opens no `<think>`: both parsers take the
+output as reasoning until a `</think>`.
 
 Random weights would think for ever: each request sends `logit_bias` {`</think>`: +8} (`[request] extra_body`),
 about a 1 in 12 chance per step, so most replies think a few tokens, then answer (and -100 on the tokens
-that stream no text: `bias`); `ignore_eos` keeps every reply at max_tokens. Seen from vLLM 0.32 (the first
-test holds each fact): the first `</think>` is a token that streams no delta (the parser skips a lone
-marker); later ones, sampled again under the same bias, stream as content text `</think>`;
-usage.completion_tokens_details.reasoning_tokens counts the reasoning deltas, the marker in neither phase.
+that stream no text of their own: `bias`); `ignore_eos` keeps every reply at max_tokens. Seen from vLLM 0.32
+(the first test holds each fact): one token a delta; the first `</think>` streams no delta (the parsers
+skip a lone marker); later ones, sampled again under the same bias, stream as content text `</think>`;
+usage.completion_tokens_details.reasoning_tokens counts the reasoning deltas under qwen3 (the marker in
+neither phase) and says 0 under deepseek_r1 (it counts between a generated `<think>` and `</think>`).
 loadgen's rows are then held to vLLM: TTFT < TTFA on the rows with both phases (whose first answer came in
-a read of its own: see there), reasoning_tokens = vLLM's count = the chunks before the first answer chunk,
-output_tokens = vLLM's completion_tokens = its generation counter, reasoning + answer chunks + the one
-silent marker = output.
+a read of its own: see there), output_tokens = vLLM's completion_tokens = its generation counter, one chunk
+a token but the silent marker; under qwen3 reasoning_tokens = vLLM's count = the chunks before the first
+answer chunk, under deepseek_r1 (vLLM's 0 is below the reasoning chunks) the counting rule's share of them.
 Skipped without VLLM_PYTHON / VLLM_THINK_MODEL (`make e2e` sets them).
 """
 from __future__ import annotations
@@ -29,46 +31,49 @@ import pytest
 
 from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import EXTRA, Running, check_rows, counter_delta, fresh_seed, report
+from tests.e2e.test_vllm import EXTRA, check_rows, counter_delta, fresh_seed, report
 from tests.e2e.vllm_server import MODEL_NAME, VllmServer
 from tests.integration.conftest import loadgen
 
 N = 24
 OUT = 48
 BIAS = 8        # on </think>: e^8 / (e^8 + ~32k near-equal logits) ~ 8 % a step; mean ~11 reasoning tokens
-PARSER = "qwen3"
+PARSERS = ("qwen3", "deepseek_r1")
 
 
 def bias(model: str) -> tuple[int, dict[str, int]]:
     """The id of </think> (an added token, make_tiny_hf.py --think) and the request's logit_bias: +BIAS on it,
-    -100 on the tokens that stream no text of their own: <unk>, <s>, </s> (skipped special tokens) and the
-    256 byte-fallback tokens <0x00>..<0xFF> (an incomplete UTF-8 sequence: vLLM holds its text back, seen as
-    a delta with content ""). Then every token but the first </think> streams a chunk with text."""
+    -100 on the tokens that stream no text of their own: <unk>, <s>, </s> (skipped special tokens), the 256
+    byte-fallback tokens <0x00>..<0xFF> (an incomplete UTF-8 sequence: vLLM holds its text back, seen as a
+    delta with content "") and the 24 whose text ends in `<` or `</` (a marker's start: qwen3's parser engine
+    holds it back until the next token, seen as an empty delta, then `</ footballer` for two tokens). Then
+    every token but the first </think> streams a chunk of its own with text."""
     tj = json.loads((Path(model) / "tokenizer.json").read_text())
     ids = {t["content"]: t["id"] for t in tj["added_tokens"] if t["content"] in ("<think>", "</think>")}
     assert set(ids) == {"<think>", "</think>"}, ids
+    starts = {m[:k] for m in ids for k in range(1, len(m))}   # <, </, <t, </t, ...
     silent = [i for piece, i in tj["model"]["vocab"].items()
-              if piece in ("<unk>", "<s>", "</s>") or re.fullmatch(r"<0x[0-9A-F]{2}>", piece)]
-    assert len(silent) == 259, len(silent)
+              if piece in ("<unk>", "<s>", "</s>") or re.fullmatch(r"<0x[0-9A-F]{2}>", piece)
+              or piece.replace("\u2581", " ").endswith(tuple(starts))]
+    assert len(silent) == 259 + 24, len(silent)
     return ids["</think>"], {**{str(i): -100 for i in sorted(silent)}, str(ids["</think>"]): BIAS}
 
 
-@pytest.fixture(scope="module")
-def vllm(tmp_path_factory):
+@pytest.fixture(scope="module", params=PARSERS)
+def vllm(request, tmp_path_factory):
+    # one server per parser, the first stopped before the second starts (one vLLM at a time)
     model = os.environ.get("VLLM_THINK_MODEL")
     if not (os.environ.get("VLLM_PYTHON") and model):
         pytest.skip("VLLM_PYTHON / VLLM_THINK_MODEL are not set (tests/e2e/build_vllm.sh; `make e2e` sets them)")
-    if os.environ.get("VLLM_REASONING_URL"):   # a running vLLM: --reasoning-parser qwen3 on VLLM_THINK_MODEL
-        srv = Running(os.environ["VLLM_REASONING_URL"].rstrip("/"))
-    else:
-        srv = VllmServer(tmp_path_factory.mktemp("vllm-reasoning") / "vllm.log", model=model,
-                         extra=("--reasoning-parser", PARSER))
-        srv.start()
-        FIGURES[f"vllm --reasoning-parser {PARSER}: start to healthy, s"] = round(srv.ready_s or 0, 1)
+    parser = request.param
+    srv = VllmServer(tmp_path_factory.mktemp(f"vllm-{parser}") / "vllm.log", model=model,
+                     extra=("--reasoning-parser", parser))
+    srv.start()
+    FIGURES[f"vllm --reasoning-parser {parser}: start to healthy, s"] = round(srv.ready_s or 0, 1)
+    srv.parser = parser
     srv.end_id, srv.logit_bias = bias(model)
     yield srv
-    if isinstance(srv, VllmServer):
-        srv.stop()
+    srv.stop()
 
 
 def stream(url: str, body: dict) -> list[dict]:
@@ -100,13 +105,17 @@ def test_vllm_streams_reasoning_then_answer(vllm):
     assert usage["completion_tokens"] == len(tokens) == OUT, (usage, kinds)
     first_end = tokens.index(vllm.end_id)
     phases = "".join(k for k, ids in kinds if ids)
+    assert first_end > 0 and "a" in phases, phases   # both phases in one of the draws
     # every token streams alone; reasoning, one silent delta (the first </think>), then answer only
     assert all(len(ids) == 1 for _, ids in kinds if ids), kinds
     assert phases == "r" * first_end + "-" + "a" * (OUT - first_end - 1), (phases, kinds)
     assert [ids for k, ids in kinds if k == "-" and ids] == [[vllm.end_id]], kinds
     later_ends = [d["content"] for d, ids in deltas if ids and ids[0] == vllm.end_id and d.get("content")]
     assert later_ends == ["</think>"] * (tokens.count(vllm.end_id) - 1), later_ends
-    assert usage["completion_tokens_details"] == {"reasoning_tokens": first_end}, usage
+    # qwen3 counts the reasoning deltas; deepseek_r1 the tokens between a generated <think> and </think>:
+    # none here (the model generated no <think>), though it streamed first_end reasoning deltas
+    said = {"qwen3": first_end, "deepseek_r1": 0}[vllm.parser]
+    assert usage["completion_tokens_details"] == {"reasoning_tokens": said}, usage
 
 
 def test_reasoning_rows_against_vllm(vllm, tmp_path):
@@ -143,7 +152,9 @@ def test_reasoning_rows_against_vllm(vllm, tmp_path):
     per = (tok.join(rows.select("request_id", "first_answer_ns"), on="request_id")
            .group_by("request_id")
            .agg(before=(pl.col("t_ns") < pl.col("first_answer_ns")).sum(),
-                at=(pl.col("t_ns") == pl.col("first_answer_ns")).sum(), chunks=pl.len()))
+                at=(pl.col("t_ns") == pl.col("first_answer_ns")).sum(), chunks=pl.len(),
+                before_tokens=pl.col("n_tokens").filter(pl.col("t_ns") < pl.col("first_answer_ns")).sum(),
+                n_tokens_max=pl.col("n_tokens").max(), twos=(pl.col("n_tokens") == 2).sum()))
     rows = rows.join(per, on="request_id")
     assert (rows["chunks"] == rows["n_chunks"]).all()
     ended = rows.filter(pl.col("first_answer_ns").is_not_null())
@@ -165,19 +176,28 @@ def test_reasoning_rows_against_vllm(vllm, tmp_path):
                     f"first answer chunk with others (stamped alike); TTFT < TTFA is not judged there")
     assert (alone["first_token_ns"] < alone["first_answer_ns"]).all()
     assert (alone["ttft_ms"] < alone["ttfa_ms"]).all()
-    # vLLM's reasoning count (the row's) = the chunks before the first answer chunk; reasoning + answer
-    # chunks + the one silent </think> = output_tokens = vLLM's completion_tokens
-    assert (alone["reasoning_tokens"] == alone["before"]).all(), alone[["reasoning_tokens", "before"]]
-    answer_chunks = alone["n_chunks"] - alone["before"]
-    assert (alone["reasoning_tokens"] + answer_chunks + 1 == alone["output_tokens"]).all()
-    sh = both.filter(pl.col("at") > 1)   # a shared read: its reasoning chunks are among those up to its stamp
-    assert ((sh["before"] <= sh["reasoning_tokens"]) & (sh["reasoning_tokens"] < sh["before"] + sh["at"])).all()
+    if vllm.parser == "qwen3":
+        # vLLM's reasoning count (the row's) = the chunks before the first answer chunk; reasoning + answer
+        # chunks + the one silent </think> = output_tokens = vLLM's completion_tokens
+        assert (alone["reasoning_tokens"] == alone["before"]).all(), alone[["reasoning_tokens", "before"]]
+        answer_chunks = alone["n_chunks"] - alone["before"]
+        assert (alone["reasoning_tokens"] + answer_chunks + 1 == alone["output_tokens"]).all()
+        sh = both.filter(pl.col("at") > 1)   # a shared read: its reasoning chunks are among those up to its stamp
+        assert ((sh["before"] <= sh["reasoning_tokens"]) & (sh["reasoning_tokens"] < sh["before"] + sh["at"])).all()
+    else:
+        # vLLM says 0, below the reasoning chunks: loadgen counts them by its rule (backends/stream.py), one
+        # token a chunk and the silent marker's token to the longest text, reasoning or answer
+        assert (ended["n_tokens_max"] == 2).all() and (ended["twos"] == 1).all()   # 48 tokens over 47 chunks
+        assert (alone["reasoning_tokens"] == alone["before_tokens"]).all(), alone[["reasoning_tokens", "before"]]
+        assert (alone["reasoning_tokens"] - alone["before"]).is_in([0, 1]).all()
     s = report(out)
     lat = s["latency_ms"]
     assert lat["ttfa"]["p50"] > lat["ttft"]["p50"], lat
-    FIGURES[f"vllm reasoning ({N} chat, {OUT} out, logit_bias </think> +{BIAS}): rows with both phases"] = (
+    name = f"vllm reasoning {vllm.parser}"
+    FIGURES[f"{name} ({N} chat, {OUT} out, logit_bias </think> +{BIAS}): rows with both phases"] = (
         f"{both.height}/{N} (first answer in a shared read: {shared}; thought to max_tokens: {thinking.height})")
-    FIGURES["vllm reasoning: TTFT p50 / TTFA p50 ms"] = (round(lat["ttft"]["p50"], 1), round(lat["ttfa"]["p50"], 1))
-    FIGURES["vllm reasoning: reasoning tokens / answer chunks per reply with both phases, median (min-max)"] = (
+    FIGURES[f"{name}: TTFT p50 / TTFA p50 ms"] = (round(lat["ttft"]["p50"], 1), round(lat["ttfa"]["p50"], 1))
+    answer = both["output_tokens"] - both["reasoning_tokens"]
+    FIGURES[f"{name}: reasoning / answer tokens (output - reasoning) per reply with both phases, median (min-max)"] = (
         f"{both['reasoning_tokens'].median():g} ({both['reasoning_tokens'].min()}-{both['reasoning_tokens'].max()})"
-        f" / {(OUT - 1 - both['reasoning_tokens']).median():g}")
+        f" / {answer.median():g} ({answer.min()}-{answer.max()})")
