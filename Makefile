@@ -51,6 +51,7 @@ e2e: install
 	@set -e; eval "$$(PYTHON=$(BIN)/python tests/e2e/build_llama_server.sh)"; \
 	eval "$$(PYTHON=$(PY) tests/e2e/build_vllm.sh)"; \
 	LLAMA_SERVER="$$LLAMA_SERVER" LLAMA_MODEL="$$LLAMA_MODEL" VLLM_PYTHON="$$VLLM_PYTHON" VLLM_MODEL="$$VLLM_MODEL" \
+	  VLLM_THINK_MODEL="$$VLLM_THINK_MODEL" \
 	  $(BIN)/python -m pytest tests/e2e
 
 # Re-record llama-server's byte transcripts in tests/data/llamacpp/ (replayed by the unit tests).

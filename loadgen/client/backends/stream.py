@@ -12,7 +12,10 @@ otherwise each chunk gets one token and the remaining N - C are spread over the 
 their text length (largest remainder, so the sum is exactly N); when N < C the N tokens are spread by
 length alone and some chunks carry 0. Without a count, each chunk is one token and output_tokens = C.
 Reasoning tokens: the server's count when it gives one (usage.completion_tokens_details.reasoning_tokens),
-else the tokens this rule gives the reasoning chunks. An event that carries reasoning and answer text
+else the tokens this rule gives the reasoning chunks. A server count below the number of reasoning chunks
+is one the stream contradicts (every chunk is at least one token): counted by the rule too. vLLM 0.32's
+deepseek_r1 parser says 0 for a reply that streamed reasoning without generating `<think>` (it counts the
+tokens between a generated `<think>` and `</think>` only). An event that carries reasoning and answer text
 at once is two chunks with the same stamp (reasoning first), so both kinds are counted and the ITL rule
 sees one read.
 Outcome: an error event inside a 200 stream, else a malformed event, else a missing end-of-stream
@@ -97,7 +100,7 @@ class Stream:
 
     def fill(self, row: Row, output_tokens: int | None, prompt_tokens: int | None, ended: bool,
              end_marker: str, reasoning_tokens: int | None = None) -> None:
-        """reasoning_tokens: the server's count (None: counted from the reasoning chunks)."""
+        """reasoning_tokens: the server's count (None, or fewer than the reasoning chunks: counted from them)."""
         row.prompt_tokens = prompt_tokens
         row.chunk_t_ns.extend(self.chunk_t)
         tokens = spread_tokens(self.lengths, output_tokens)
@@ -108,6 +111,7 @@ class Stream:
             row.first_token_ns, row.last_token_ns = self.chunk_t[0], self.chunk_t[-1]
         row.first_answer_ns = self.first_answer
         row.reasoning_tokens = (reasoning_tokens if reasoning_tokens is not None
+                                and reasoning_tokens >= len(self.reasoning_at)
                                 else sum(tokens[i] for i in self.reasoning_at))
         if self.error is not None:
             row.fail(STREAM_ERROR, ErrorKind.ERROR_EVENT, self.error)
