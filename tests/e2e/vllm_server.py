@@ -50,12 +50,12 @@ class Running:
 
 
 def serve(tmp_path_factory, name: str, *, extra: tuple[str, ...] = (), url_env: str | None = "VLLM_URL",
-          figure: str | None = None) -> Iterator[VllmServer | Running]:
+          figure: str | None = None, model: str | None = None) -> Iterator[VllmServer | Running]:
     """A test module's vLLM, for its module-scoped fixture to `yield from`: the server at $url_env when that
     is set (reused, not stopped); else one started with `extra` flags and stopped, its process group, when the
     module ends (one vLLM at a time: ~3.5 GiB and a core); `figure`: the FIGURES key of its start-to-healthy
-    seconds. Without VLLM_PYTHON the module is skipped, except under CI (`make e2e` sets it: a CI run without
-    it is broken, not skipped)."""
+    seconds; `model`: a model folder other than VLLM_MODEL's. Without VLLM_PYTHON the module is skipped,
+    except under CI (`make e2e` sets it: a CI run without it is broken, not skipped)."""
     url = os.environ.get(url_env) if url_env else None
     if url:
         yield Running(url.rstrip("/"))
@@ -64,7 +64,7 @@ def serve(tmp_path_factory, name: str, *, extra: tuple[str, ...] = (), url_env: 
         if os.environ.get("CI"):
             raise RuntimeError("CI: VLLM_PYTHON is unset (`make e2e` sets it from tests/e2e/build_vllm.sh)")
         pytest.skip("no vLLM: VLLM_PYTHON is unset (`make e2e`, or eval \"$(tests/e2e/build_vllm.sh)\")")
-    srv = VllmServer(tmp_path_factory.mktemp(name) / "vllm.log", extra=extra)
+    srv = VllmServer(tmp_path_factory.mktemp(name) / "vllm.log", extra=extra, model=model)
     srv.start()
     if figure:
         FIGURES[figure] = round(srv.ready_s or 0, 1)
