@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import orjson
+
 from loadgen.client.recorder import Row
 
 Messages = list[dict[str, str]]   # [{"role": "system" | "user" | "assistant", "content": text}]
@@ -56,3 +58,24 @@ def messages_payload(api: str, model: str, messages: Messages) -> dict[str, Any]
     if api == "chat":
         return {"model": model, "messages": messages}
     return {"model": model, "prompt": joined(messages)}
+
+
+class WithoutPriority:
+    """The body side shared by the backends whose API has no priority field (Responses, Messages, the pooling
+    APIs; config/parts.py and config/pooling.py refuse a class priority for them): every body is
+    payload(messages, max_tokens, model) as JSON, model being the request's [[mix]] class's or the backend's."""
+
+    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
+        self.api, self.model, self.extra_body = api, model, extra_body
+
+    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
+        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
+
+    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
+                      priority: int | None = None) -> bytes:
+        if priority is not None:
+            raise ValueError("this API sends no priority field")
+        return orjson.dumps(self.payload(messages, max_tokens, model or self.model))
+
+    def payload(self, messages: Messages, max_tokens: int, model: str) -> dict[str, Any]:
+        raise NotImplementedError

@@ -27,9 +27,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 
-from loadgen.client.backends.base import Messages, user
+from loadgen.client.backends.base import Messages, WithoutPriority
 from loadgen.client.backends.stream import Stream, as_int, sse_events
 from loadgen.client.recorder import Row
 
@@ -37,28 +36,16 @@ END_MARKER = "message_stop"
 _CACHE_KEYS = ("cache_read_input_tokens", "cache_creation_input_tokens")
 
 
-class MessagesBackend:
+class MessagesBackend(WithoutPriority):
     path = "/v1/messages"
     # [abandon] after_tokens: message_start and content_block_start come before the first delta
     event_end, preamble_events = b"\n\n", 2
 
-    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
-        self.api, self.model, self.extra_body = api, model, extra_body
-
-    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
-        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
-
-    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
-                      priority: int | None = None) -> bytes:
-        # model: a [[mix]] class's; priority: never sent on this API (the config refuses a class priority)
-        if priority is not None:
-            raise ValueError("this API sends no priority field")
+    def payload(self, messages: Messages, max_tokens: int, model: str) -> dict[str, Any]:
         system = "\n".join(m["content"] for m in messages if m["role"] == "system")
         turns = [m for m in messages if m["role"] != "system"]
-        payload: dict[str, Any] = {"model": model or self.model, **({"system": system} if system else {}),
-                                   "messages": turns, "max_tokens": max_tokens, "stream": True}
-        payload.update(self.extra_body)
-        return orjson.dumps(payload)
+        return {"model": model, **({"system": system} if system else {}), "messages": turns,
+                "max_tokens": max_tokens, "stream": True, **self.extra_body}
 
     def reply_text(self, reads: list[bytes]) -> str:
         return "".join(self._parse([0] * len(reads), reads)[0].texts)

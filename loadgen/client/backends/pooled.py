@@ -32,29 +32,20 @@ from typing import Any
 
 import orjson
 
-from loadgen.client.backends.base import Messages, joined, user
+from loadgen.client.backends.base import Messages, WithoutPriority, joined
 from loadgen.client.backends.stream import as_int
 from loadgen.client.recorder import OK, STREAM_ERROR, ErrorKind, Row
 from loadgen.config.credentials import clipped
 
 
-class _Pooled:
+class _Pooled(WithoutPriority):
     # [abandon] after_tokens counts events: none here (config/pooling.py refuses it for these APIs)
     event_end, preamble_events = b"\n\n", 0
     path = ""
 
-    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
-        self.api, self.model, self.extra_body = api, model, extra_body
-
-    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
-        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
-
-    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
-                      priority: int | None = None) -> bytes:
-        """max_tokens: ignored (nothing is generated); priority: never sent (the config refuses one)."""
-        if priority is not None:
-            raise ValueError("this API sends no priority field")
-        return orjson.dumps(self._payload(joined(messages), model or self.model))
+    def payload(self, messages: Messages, max_tokens: int, model: str) -> dict[str, Any]:
+        """max_tokens: ignored (nothing is generated)."""
+        return self._payload(joined(messages), model)
 
     def _payload(self, text: str, model: str) -> dict[str, Any]:
         raise NotImplementedError

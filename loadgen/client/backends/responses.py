@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from loadgen.client.backends.base import Messages, user
+from loadgen.client.backends.base import Messages, WithoutPriority
 from loadgen.client.backends.openai import server_timings, usage_count
 from loadgen.client.backends.stream import Stream, as_int, sse_events
 from loadgen.client.recorder import Row
@@ -42,26 +42,15 @@ END_EVENTS = frozenset({"response.completed", "response.incomplete"})
 END_MARKER = "response.completed or response.incomplete"
 
 
-class ResponsesBackend:
+class ResponsesBackend(WithoutPriority):
     path = "/v1/responses"
     # [abandon] after_tokens: events before the first delta (response.created, .in_progress,
     # .output_item.added, .content_part.added, as vLLM 0.32 sends them: tests/data/vllm/responses_stream.json)
     event_end, preamble_events = b"\n\n", 4
 
-    def __init__(self, api: str, model: str, extra_body: dict[str, Any]):
-        self.api, self.model, self.extra_body = api, model, extra_body
-
-    def body(self, prompt: str, max_tokens: int, *, model: str | None = None, priority: int | None = None) -> bytes:
-        return self.body_messages(user(prompt), max_tokens, model=model, priority=priority)
-
-    def body_messages(self, messages: Messages, max_tokens: int, *, model: str | None = None,
-                      priority: int | None = None) -> bytes:
-        # model: a [[mix]] class's; priority: never sent on this API (the config refuses a class priority)
-        if priority is not None:
-            raise ValueError("this API sends no priority field")
-        payload = {"model": model or self.model, "input": messages, "max_output_tokens": max_tokens, "stream": True,
-                   "store": False, **self.extra_body}
-        return orjson.dumps(payload)
+    def payload(self, messages: Messages, max_tokens: int, model: str) -> dict[str, Any]:
+        return {"model": model, "input": messages, "max_output_tokens": max_tokens, "stream": True, "store": False,
+                **self.extra_body}
 
     def reply_text(self, reads: list[bytes]) -> str:
         return "".join(self._parse([0] * len(reads), reads)[0].texts)
