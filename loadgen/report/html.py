@@ -112,8 +112,8 @@ def over_time_section(run: Run, metrics: pl.DataFrame | None) -> str:
     x_range = (min([0.0, *t_all]), max([1.0, *t_all]))  # a run killed before its first part has no times
     warm = figures.warmup_span(run)  # shaded and labelled on each chart, not an unexplained zero
     for m, ts in per_metric.items():
-        if ts is None:
-            continue
+        if ts is None or all(v is None for v in ts.values["p99"]):
+            continue   # no sample in any interval (a pooling run's ttft and itl): no line, no legend entry
         lat.append(Series(f"{m} p50", ts.t_s, ts.values["p50"], dashed=True))
         lat.append(Series(f"{m} p99", ts.t_s, ts.values["p99"]))
     if lat:

@@ -124,6 +124,7 @@ def test_rows_against_the_truth(tmp_path, api):
         shown = page.read_text()
         assert "no samples: ttft, ttfa, ttft_from_send, itl, tpot" in shown and "Where the time went" not in shown
         assert "| ttft |" not in shown and "<td>ttft</td>" not in shown
+    assert "ttft p50" not in (tmp_path / "r.html").read_text()   # nor a line of it over time
 
 
 @pytest.mark.parametrize("api", ["embeddings", "rerank"])
