@@ -33,7 +33,8 @@ def explain_lines(s: Summary) -> list[str]:
     d = s["decomposition_ms"]
     method = d.get("method")
     if not d["n"]:   # nothing to split (a pooling run's rows have no first token): no table of dashes
-        return ["", "decomposition: no ok request with a first token to split into queue, prefill and decode"]
+        return ["", "decomposition: no ok request with a first token to split into queue, prefill and decode",
+                *([str(split_unavailable(s))] if split_unavailable(s) else [])]
     lines = ["", f"decomposition (ms) of {d['n']} ok requests; method: {method}"
              + (f" — {METHOD_NOTE[method]}" if method in METHOD_NOTE else "")]
     if split_unavailable(s):

@@ -204,8 +204,13 @@ DECOMPOSITION_COLUMNS = (("mean", "mean"), ("at p99 e2e", "p99_e2e"), ("at p99 T
 
 def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     d = s.get("decomposition_ms")
-    if not d or not d.get("n"):   # nothing decomposed (a pooling run has no first token): no table of dashes
+    if not d:
         return None
+    why = f" — {split_unavailable(s)}" if split_unavailable(s) else ""
+    if not d.get("n"):   # nothing decomposed (a pooling run has no first token): one row, no table of dashes
+        return Table("Where the time went (ms)", ["", "value"], [["ok requests with a first token",
+                                                                  Key("decomposition_ms.n")]],
+                     "nothing to split into queue, prefill and decode" + why)
     rows: list[list[Cell]] = [[("  " + c) if c.startswith("decode_") else c,
                                *(Key(f"decomposition_ms.{k}.{c}") for _, k in DECOMPOSITION_COLUMNS)]
                               for c in components]
@@ -214,7 +219,7 @@ def decomposition(s: Summary, components: tuple[str, ...]) -> Table | None:
     rows.append(["threshold", "", Key("decomposition_ms.p99_e2e.threshold_ms"),
                  Key("decomposition_ms.p99_ttft.threshold_ms")])
     return Table("Where the time went (ms)", ["component", *(c for c, _ in DECOMPOSITION_COLUMNS)], rows,
-                 f"method: {d.get('method')}" + (f" — {split_unavailable(s)}" if split_unavailable(s) else ""))
+                 f"method: {d.get('method')}" + why)
 
 
 def by_prompt(s: Summary) -> Table | None:

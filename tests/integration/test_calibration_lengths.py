@@ -74,6 +74,8 @@ def test_a_calibration_that_fails_says_why_and_the_report_says_the_split_is_unav
     assert not (out / "calibration.json").exists()
     report = loadgen("report", str(out))
     assert report.returncode == 0, report.stderr
+    # every request failed (http500=1): nothing to decompose, and still the reason the split is unavailable
+    assert "decomposition: no ok request with a first token to split" in report.stdout
     assert "queue/prefill split UNAVAILABLE: the idle-server calibration failed: the first probe" in report.stdout
     md = loadgen("report", str(out), "--format", "md")
     assert md.returncode == 0, md.stderr

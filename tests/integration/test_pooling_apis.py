@@ -122,7 +122,8 @@ def test_rows_against_the_truth(tmp_path, api):
     assert md.returncode == 0, md.stderr
     for page in (tmp_path / "r.html", tmp_path / "r.md"):   # the same rule in the pages' tables
         shown = page.read_text()
-        assert "no samples: ttft, ttfa, ttft_from_send, itl, tpot" in shown and "Where the time went" not in shown
+        assert "no samples: ttft, ttfa, ttft_from_send, itl, tpot" in shown
+        assert "nothing to split into queue, prefill and decode" in shown and "decode_contention" not in shown
         assert "| ttft |" not in shown and "<td>ttft</td>" not in shown
     assert "ttft p50" not in (tmp_path / "r.html").read_text()   # nor a line of it over time
 
