@@ -369,6 +369,9 @@ def test_abandoned_requests_and_whether_vllm_freed_their_slots(vllm, tmp_path):
     # vLLM freed their slots is judged from its gauges (summary.abandoned.server_slots); the ground truth is
     # its own generation counter over the run, read before and once it is idle again: a server that stops a
     # closed request generates about what the client received, one that does not generates every max_tokens.
+    # 256 tokens a request: what a cut request leaves unreceived must dwarf what vLLM generates between the
+    # close and its abort (~30 tokens a request on a busy host; at 96 tokens CI once read 194 extra of 384
+    # unreceived, a hair past the half that tells the two servers apart).
     wl = workload(tmp_path, "abandon", "chat", """
         [arrivals]
         process = "poisson"
@@ -376,7 +379,7 @@ def test_abandoned_requests_and_whether_vllm_freed_their_slots(vllm, tmp_path):
         [prompt]
         tokens = 32
         [output]
-        tokens = 96
+        tokens = 256
         [abandon]
         share = 0.5
         after_ms = 300
