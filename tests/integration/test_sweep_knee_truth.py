@@ -9,7 +9,7 @@ import textwrap
 import orjson
 
 from loadgen.sim.profiles import load_profile
-from tests.integration.conftest import loadgen, skip_if_host_stalled
+from tests.integration.conftest import RELAXED_SELFCHECK, loadgen, skip_if_host_stalled
 
 PROMPT, OUTPUT, SPEED = 32, 32, 0.1  # tokens; --speed 0.1: steps of ~15-60 ms real, above a busy host's jitter
 
@@ -94,9 +94,12 @@ def sweep(tmp_path, prof, w, rates, sim_args, *extra):
     out = tmp_path / "sweep"
     p = loadgen("sweep", w, "--rates", ",".join(f"{r:.4g}" for r in rates) + "/s", "--out", str(out),
                 "--no-calibrate", "--quiet", "--sim-args", f"--profile {prof} --speed {SPEED} {sim_args}",
-                *extra, timeout=400)
+                *RELAXED_SELFCHECK, *extra, timeout=400)
     assert p.returncode == 0, p.stderr
     s = orjson.loads((out / "sweep_summary.json").read_bytes())
+    # The client's timing is this test's premise, judged here by the host's lateness (a busy host's send lag
+    # past loadgen's default self-check bounds made a point `invalid` and dropped it from the knee rule, though
+    # the lateness stayed far inside what the rule's margins allow): the self-check is relaxed to that premise.
     for q in s["points"]:
         skip_if_host_stalled(out / q["dir"], limit_ms=250)  # TPOT p50 over ~17-60 ms steps: 1.6x margins
     return s
