@@ -19,6 +19,8 @@ def add_parser(sub) -> None:
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
     rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
     rep.add_argument("--slo", help=SLO_HELP)
+    rep.add_argument("--prediction", metavar="FILE.json",
+                     help="a sweep's HTML page: draw `loadgen predict --format json`'s curves and intervals over it")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -31,12 +33,17 @@ def command(args: argparse.Namespace) -> int:
 
     out = out_file(args)  # before anything is computed: never over the run's own files
     if args.format in ("html", "md"):  # a sweep's or a comparison's page
-        from loadgen.report.pages import render_sweep_or_compare
+        from loadgen.report.pages import read_prediction, render_sweep_or_compare
 
-        page = render_sweep_or_compare(args.run_dir, args.format)
+        prediction = read_prediction(args.prediction) if args.prediction else None
+        page = render_sweep_or_compare(args.run_dir, args.format, prediction)
         if page is not None:
             write_out(out, page.encode()) if out else sys.stdout.write(page)
             return ExitCode.OK
+    if args.prediction:
+        print(f"error: --prediction: drawn on a sweep's HTML page only (loadgen report SWEEP_DIR --format html "
+              f"--prediction FILE.json); {args.run_dir} is not a sweep", file=sys.stderr)
+        return ExitCode.USAGE
     if bool(args.device or args.bandwidth) != bool(args.model_config):
         print("error: the roofline needs --model-config and one of --device / --bandwidth", file=sys.stderr)
         return ExitCode.USAGE

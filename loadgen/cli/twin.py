@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -33,6 +35,30 @@ def add_parsers(sub) -> None:
     p.add_argument("--requests", metavar="N", help="number of requests per rate (replaces the file's)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--out", metavar="FILE.json", help="also write the prediction as JSON")
+    p.add_argument("--level", default="0.8", metavar="L",
+                   help="the intervals' level, 0 < L < 1 (default 0.8; a profile written by loadgen fit has them)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="what if: predict with an engine setting changed (" + ", ".join(SETTABLE) + "); repeatable")
+
+
+# predict --set: the engine's configuration, what a deployment chooses (not the hardware's speed)
+SETTABLE = ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens", "max_model_len")
+
+
+def parse_sets(items: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """({key: value}, problems) of --set KEY=VALUE items: a key of SETTABLE, a whole number >= 1."""
+    out: dict[str, Any] = {}
+    problems = []
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or key not in SETTABLE:
+            problems.append(f"--set {item!r}: give KEY=VALUE with KEY one of {', '.join(SETTABLE)}")
+        elif not text.strip().isdigit() or int(text) < 1:
+            problems.append(f"--set {key}: {text.strip()!r} must be a whole number >= 1")
+        else:
+            out[key] = int(text)
+    return out, problems
 
 
 def parse_rates(text: str) -> list[float]:
@@ -91,15 +117,31 @@ def fit_command(args: argparse.Namespace) -> int:
 
 
 def predict_command(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from loadgen.twin.intervals import Spread, load_spread
     from loadgen.twin.predict import predict, to_text
     from loadgen.sim.profiles import load_profile
 
     rates = parse_rates(args.rates)
+    sets, problems = parse_sets(args.set)
+    try:
+        level = float(args.level)
+    except ValueError:
+        level = math.nan
+    if not 0 < level < 1:
+        problems.append(f"--level: {args.level!r} must be a number between 0 and 1 (e.g. 0.8)")
+    if problems:
+        raise InputError(problems)
     try:
         profile = load_profile(args.profile)
+        spread = load_spread(args.profile, profile)
     except ValueError as e:
         raise InputError([str(e)]) from None
-    d = predict(args.workload, profile, rates, {"--requests": args.requests})
+    profile, *rounds = [dataclasses.replace(p, **sets) for p in (profile, *spread.rounds)]  # what if: each changed
+    d = predict(args.workload, profile, rates, {"--requests": args.requests}, Spread(rounds, spread.misfit_rel), level)
+    if sets:
+        d["set"] = sets
     if args.out:
         Path(args.out).write_bytes(orjson.dumps(d, option=orjson.OPT_INDENT_2))
     sys.stdout.write(orjson.dumps(d, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"

@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 
 from loadgen.analysis.compare import REASON_SHORT
+from loadgen.errors import InputError
 from loadgen.report import tables
 from loadgen.report.html import key_span, page, table_html
 from loadgen.report.markdown import code, inert, table_md
@@ -108,15 +109,34 @@ def _knee_marker(d: dict) -> list[tuple[float, str, str]]:
     return [(k, f"knee {key_span(d, 'knee.rate_per_s')}/s", "#444")] if k else []
 
 
-def sweep_html(d: dict) -> str:
+def predicted(pred: dict | None, m: str, q: str, color: str | None) -> list[Series]:
+    """`loadgen predict --format json`'s curve of latency_ms.m.q over its rates, with its interval as the
+    band where it has one (docs/twin.md); [] without a prediction or that metric."""
+    pts = sorted(pred["points"], key=lambda p: p["rate_per_s"]) if pred else []
+    if not pred or not pts or m not in pts[0].get("latency_ms", {}):
+        return []
+    bands = [(p.get("latency_interval_ms") or {}).get(m, {}).get(q) for p in pts]
+    band = ([b and b[0] for b in bands], [b and b[1] for b in bands]) if any(bands) else None
+    return [Series(f"predicted {m} {q}", [p["rate_per_s"] for p in pts], [p["latency_ms"][m][q] for p in pts],
+                   color=color, band=band, dashed=q == "p50", title=f"loadgen predict, profile {pred.get('profile')}"
+                   + (f", {pred['interval']['level']:.0%} interval" if pred.get("interval") else ""))]
+
+
+def sweep_html(d: dict, prediction: dict | None = None) -> str:
+    """The sweep's page; with a prediction (`loadgen predict --format json` of the same workload), its
+    curves and intervals over the measured ones."""
     sw = d.get("sweep", {})
     marks = _knee_marker(d)
+    cap = ((prediction or {}).get("knee") or {}).get("capacity_per_s")
+    if cap:
+        marks.append((cap, "predicted capacity", "#999"))
     charts = []
     lat = []
     for i, m in enumerate(("ttft", "e2e")):
         for q, dashed in (("p50", True), ("p99", False)):
             xs, ys = _curve(d, f"latency_ms.{m}.{q}")
             lat.append(Series(f"{m} {q}", xs, ys, color=PALETTE[i], dashed=dashed, points=True))
+            lat += predicted(prediction, m, q, PALETTE[4 + i])
     charts.append(line_chart("Latency vs rate", lat, y_kind="log", x_label="rate (req/s)", y_label="ms",
                              plot_id="sweep-latency", markers=marks))
     tok = []
@@ -124,6 +144,7 @@ def sweep_html(d: dict) -> str:
         for q, dashed in (("p50", True), ("p99", False)):
             xs, ys = _curve(d, f"latency_ms.{m}.{q}")
             tok.append(Series(f"{m} {q}", xs, ys, color=PALETTE[2 + i], dashed=dashed, points=True))
+            tok += predicted(prediction, m, q, PALETTE[6 + i])
     charts.append(line_chart("Per-token latency vs rate", tok, x_label="rate (req/s)", y_label="ms",
                              plot_id="sweep-tpot", markers=marks))
     xs, offered = _curve(d, "offered_per_s")
@@ -336,8 +357,10 @@ def compare_md(d: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render(d: dict, fmt: str) -> str:
+def render(d: dict, fmt: str, prediction: dict | None = None) -> str:
     kind = kind_of(d)
+    if prediction is not None and (kind, fmt) != ("sweep", "html"):
+        raise InputError([f"--prediction: drawn on a sweep's HTML page only, not on a {kind}'s {fmt} page"])
     if kind == "sweep":
-        return sweep_html(d) if fmt == "html" else sweep_md(d)
+        return sweep_html(d, prediction) if fmt == "html" else sweep_md(d)
     return compare_html(d) if fmt == "html" else compare_md(d)

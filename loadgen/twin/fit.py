@@ -56,7 +56,11 @@ class FitOptions:
     tls: ssl.SSLContext | bool = True           # --insecure / --ca-bundle (ClientOptions.ssl_context)
 
 
-async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list[DecodeSample], dict]:
+Round = tuple[list[PrefillSample], list[DecodeSample]]  # one complete round's samples, as the fit takes them
+
+
+async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]:
+    """(limits, the rounds' centers per shape, each complete round's own samples, info)."""
     async with Prober(o.url, o.budget_s, o.extra_body, headers=dict(o.headers), tls=o.tls) as p:
         srv = await p.limits()
         slots = o.max_num_seqs or srv.slots
@@ -71,6 +75,11 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
         contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
         await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
+        for b in batches:    # and each batch size once (a fresh vLLM on a CPU stalls on each new shape)
+            try:
+                await p.decode(b, 16, DECODE_TOKENS)
+            except ShortOverlap:
+                pass
         pre: dict[int, list[PrefillSample]] = {}
         dec: dict[tuple[int, int], list[DecodeSample]] = {}
         outputs: dict[tuple[int, int], int] = {}  # a shape's output tokens, once lengthened
@@ -93,7 +102,9 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, list[PrefillSample], list
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
     decode = [DecodeSample(b, c, v[0].output_tokens, center([s.step_s for s in v])) for (b, c), v in dec.items()]
-    return lim, prefill, decode, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
+    each = [([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values()])
+            for k in range(rounds)]
+    return lim, (prefill, decode), each, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
 
 
 _UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; vLLM and SGLang publish none)",
@@ -139,17 +150,21 @@ def request_overhead_s(prefill: list[PrefillSample]) -> float:
 
 
 def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
-    lim, prefill, decode, info = asyncio.run(_probe(o))
+    lim, (prefill, decode), each, info = asyncio.run(_probe(o))
     r_s = request_overhead_s(prefill)
     res = fit(prefill, decode, lim, r_s, name=o.name,
               description=f"fitted by loadgen fit to {lim.model_name} at {o.url}")
+    # The same form fitted to each complete round alone: how far the server's speed moved during the fit,
+    # which `loadgen predict` turns into intervals (twin/intervals.py). Fewer than 2 rounds: no interval.
+    per_round = [fit(p, d, lim, r_s, forms=(res.form,)).coefficients for p, d in each] if len(each) >= 2 else []
     report = {"url": o.url, "form": res.form, "rms_rel": res.rms_rel, "max_abs_rel": res.max_abs_rel,
               "alternatives_rms_rel": res.alternatives, "request_overhead_source":
               "server timings" if any(s.server_prefill_s is not None for s in prefill) else "none (0)",
               "limits": {"max_num_seqs": lim.max_num_seqs, "max_model_len": lim.max_model_len,
                          "max_num_batched_tokens": lim.max_num_batched_tokens},
               "coefficients_us": {k: v * 1e6 for k, v in vars(res.coefficients).items()},
-              "residuals": res.residuals, **info}
+              "residuals": res.residuals,
+              "rounds_coefficients_us": [{k: v * 1e6 for k, v in vars(c).items()} for c in per_round], **info}
     return res, report
 
 
@@ -161,7 +176,10 @@ def profile_text(res: FitResult, report: dict) -> str:
         "Effective coefficients (us): " + ", ".join(f"{k} {v:.4g}" for k, v in c.items()) + ".",
         "Only ratios matter: weight_bytes / weight_bandwidth, kv_bytes_per_token / kv_bandwidth, params and",
         "layers * hidden / compute_tflops; max_num_batched_tokens is "
-        f"{report['limits']['max_num_batched_tokens']} (--max-batched-tokens)."])
+        f"{report['limits']['max_num_batched_tokens']} (--max-batched-tokens).",
+        "[[rounds]]: the same form fitted to each probe round alone (effective coefficients, us); `loadgen predict`",
+        "turns their spread into intervals (docs/twin.md)."], rounds=report["rounds_coefficients_us"],
+        rms_rel=res.rms_rel)
 
 
 def to_text(res: FitResult, report: dict) -> str:

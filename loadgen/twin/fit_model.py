@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +116,7 @@ def predicted_step_s(p: Profile, s: DecodeSample) -> float:
 
 # --- fitting
 
+FORMS = ("roofline", "compute")
 _NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token")
 
 
@@ -182,13 +184,15 @@ def _columns(form: str, decode) -> list[int]:
 
 
 def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLimits,
-        request_overhead_s: float = 0.0, name: str = "fitted", description: str = "") -> FitResult:
+        request_overhead_s: float = 0.0, name: str = "fitted", description: str = "",
+        forms: tuple[str, ...] = FORMS) -> FitResult:
+    """The best of `forms` (the smaller rms relative residual); one form given, that form."""
     if len(prefill) < 3 or len({s.prompt_tokens for s in prefill}) < 3:
         raise ValueError("the fit needs prefill samples of at least 3 prompt lengths")
     if not decode:
         raise ValueError("the fit needs decode samples")
     results = {}
-    for form in ("roofline", "compute"):
+    for form in forms:
         cols = _columns(form, decode)
         x, seen = None, []
         for _ in range(8):  # refit until every sample sits on the branch of max() the fit makes active
@@ -224,7 +228,10 @@ def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSampl
     return out
 
 
-def to_toml(p: Profile, header: list[str]) -> str:
+def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel: float | None = None) -> str:
+    """The profile as `loadgen sim --profile` reads it; `rounds` (coefficients in us, one dict per probe
+    round) become [[rounds]] tables and rms_rel (the fit's residual) [fit] rms_rel, which the simulator
+    ignores and twin/intervals.py reads."""
     def num(v: float) -> str:  # full precision: a written profile predicts exactly what the fit did
         return repr(int(v)) if isinstance(v, int) else repr(float(v))
     lines = [f"# {h}" for h in header]
@@ -239,4 +246,8 @@ def to_toml(p: Profile, header: list[str]) -> str:
         "prefill_launch_us", "decode_launch_us", "multi_token_us", "request_overhead_us")]
     lines += ["", "[engine]"]
     lines += [f"{k} = {getattr(p, k)}" for k in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens")]
+    if rms_rel is not None:
+        lines += ["", "[fit]", f"rms_rel = {num(rms_rel)}"]
+    for r in rounds:
+        lines += ["", "[[rounds]]"] + [f"{k}_us = {num(v)}" for k, v in r.items()]
     return "\n".join(lines) + "\n"

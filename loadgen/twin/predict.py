@@ -45,6 +45,7 @@ from loadgen.analysis.knee import keeps_up
 from loadgen.analysis.knee import knee as sweep_knee
 from loadgen.config.workload import load
 from loadgen.plan.schedule import build
+from loadgen.twin.intervals import LEVEL, Spread, band
 
 KNEE_STEPS = 10
 CAPACITY_MIN_REQUESTS = 1000
@@ -242,17 +243,50 @@ def _capacity_bound(out: dict, points: list[dict]) -> dict:
             "rule": out["rule"] + "; a point above the capacity does not keep up"}
 
 
-def predict(workload: str, profile: Profile, rates: list[float], overrides: dict | None = None) -> dict:
+def predict(workload: str, profile: Profile, rates: list[float], overrides: dict | None = None,
+            spread: Spread | None = None, level: float = LEVEL) -> dict:
+    """Each rate's point and the knee from `profile`; with the fit's round profiles (twin/intervals.py),
+    each figure's interval at `level` beside it."""
     plan = Plan(workload, overrides or {})
     capacity = plan.capacity_per_s(profile)
     points = [{"rate_per_s": r, **plan.run(profile, r, capacity_per_s=capacity)} for r in rates]
-    return {"profile": profile.name, "workload": workload, "points": points,
-            "knee": knee(plan, profile, points, capacity),
-            "percentiles": metrics.PERCENTILE_RULE}
+    d = {"profile": profile.name, "workload": workload, "points": points,
+         "knee": knee(plan, profile, points, capacity), "percentiles": metrics.PERCENTILE_RULE}
+    if spread is not None and len(spread.rounds) >= 2:
+        _intervals(d, plan, spread, level)
+    return d
+
+
+def _intervals(d: dict, plan: Plan, spread: Spread, level: float) -> None:
+    """Adds each point's latency_interval_ms / completed_interval_per_s / keeps_up_share, the knee's
+    capacity_interval_per_s / bisected_interval_per_s and d["interval"], from the same plan through each
+    round's profile."""
+    each = []
+    for rp in spread.rounds:
+        cap = plan.capacity_per_s(rp)
+        pts = [{"rate_per_s": p["rate_per_s"], **plan.run(rp, p["rate_per_s"], capacity_per_s=cap)}
+               for p in d["points"]]
+        each.append((pts, knee(plan, rp, pts, cap)))
+    def b(point: float | None, alternatives: list) -> list[float] | None:
+        return band(point, alternatives, level, spread.misfit_rel)
+    for i, p in enumerate(d["points"]):
+        alt = [pts[i] for pts, _ in each]
+        p["latency_interval_ms"] = {m: {q: b(v, [a["latency_ms"][m][q] for a in alt])
+                                        for q, v in p["latency_ms"][m].items()} for m in LATENCIES}
+        p["completed_interval_per_s"] = b(p["completed_per_s"], [a["completed_per_s"] for a in alt])
+        p["keeps_up_share"] = sum(a["keeps_up"] for a in alt) / len(alt)
+    k = d["knee"]
+    k["capacity_interval_per_s"] = b(k["capacity_per_s"], [kn["capacity_per_s"] for _, kn in each])
+    k["bisected_interval_per_s"] = b(k["bisected_rate_per_s"], [kn["bisected_rate_per_s"] for _, kn in each])
+    d["interval"] = {"level": level, "rounds": len(spread.rounds), "misfit_rel": spread.misfit_rel,
+                     "rule": "point x exp(+- t((1 + level) / 2, n - 1) x sqrt(s^2 (1 + 1/n) + log(1 + misfit)^2)), s "
+                             "the standard deviation of the log of the figure predicted with each of the fit's n "
+                             "round profiles, misfit the fit's rms relative residual (docs/twin.md, Intervals)"}
 
 
 def to_text(d: dict) -> str:
-    lines = [f"predicted latency of {d['workload']} with profile {d['profile']} (ms; simulator, virtual time)",
+    what_if = "".join(f", {k} = {v}" for k, v in d.get("set", {}).items())
+    lines = [f"predicted latency of {d['workload']} with profile {d['profile']}{what_if} (ms; simulator, virtual time)",
              f"{'rate/s':>8} {'done/s':>8} {'TTFT p50':>9} {'p99':>9} {'TPOT p50':>9} {'p99':>8} "
              f"{'e2e p50':>9} {'p99':>9}  keeps up"]
 
@@ -272,4 +306,24 @@ def to_text(d: dict) -> str:
     lines.append(f"knee: {r(k['rate_per_s'])} of the given rates (first saturated {r(k['first_saturated_per_s'])}); "
                  f"bisected {r(k['bisected_rate_per_s'])}; capacity {r(k['capacity_per_s'])}")
     lines.append(f"rule: {k['rule']}; {k['bisected_rule']}")
+    if "interval" in d:
+        lines += _interval_text(d)
     return "\n".join(lines) + "\n"
+
+
+def _interval_text(d: dict) -> list[str]:
+    def b(v: list[float] | None, fmt: str = ".1f") -> str:
+        return "-" if v is None else f"{v[0]:{fmt}}-{v[1]:{fmt}}"
+    i = d["interval"]
+    lines = [f"{i['level']:.0%} intervals (the same plan through each of the fit's {i['rounds']} round profiles, "
+             f"and its misfit {i['misfit_rel']:.1%}; ms):"]
+    for p in d["points"]:
+        lat = p["latency_interval_ms"]
+        lines.append(f"{p['rate_per_s']:8.3g}  TTFT p50 {b(lat['ttft']['p50'])}  p99 {b(lat['ttft']['p99'])}  "
+                     f"TPOT p50 {b(lat['tpot']['p50'])}  p99 {b(lat['tpot']['p99'])}  e2e p50 {b(lat['e2e']['p50'])}  "
+                     f"p99 {b(lat['e2e']['p99'])}  done/s {b(p['completed_interval_per_s'], '.3g')}  "
+                     f"keeps up in {p['keeps_up_share']:.0%} of the rounds")
+    k = d["knee"]
+    lines.append(f"capacity {b(k['capacity_interval_per_s'], '.3g')}/s; bisected knee "
+                 f"{b(k['bisected_interval_per_s'], '.3g')}/s")
+    return lines

@@ -1,5 +1,5 @@
-"""`make bench`: the twin against llama-server (docs/twin.md): fit, predict and measure the mixed workload at
-3 rates, print the predicted-vs-measured table, write tests/bench/twin.json. ~3 min; needs the e2e build
+"""`make bench`: the twin against llama-server (docs/twin.md): fit, predict the mixed workload with intervals
+at 3 rates and measure it twice, print the coverage table, write tests/bench/twin.json. ~10 min; needs the e2e build
 (tests/e2e/build_llama_server.sh: cached, or ~12 min cold); says so and skips when it cannot build."""
 from __future__ import annotations
 

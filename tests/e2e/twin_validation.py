@@ -1,54 +1,61 @@
-"""Validation of the twin (docs/twin.md) against a live llama-server: `loadgen fit` it, `loadgen predict`
-the mixed workload (twin_mixed.toml) at each rate, `loadgen run` the same plan (same seed) against it,
-and compare per metric and rate. Used by tests/e2e/test_twin.py and `make bench` (bench_twin.py).
+"""Validation of the twin (docs/twin.md) by coverage, against a live llama-server: `loadgen fit` it,
+`loadgen predict` the mixed workload (twin_mixed.toml) with intervals at LEVEL, then `loadgen run` the same
+plan (same seed) at each rate REPEATS times and count the measured figures that fall inside their predicted
+intervals. Used by tests/e2e/test_twin.py and `make bench` (bench_twin.py).
 
-Errors are relative: (predicted - measured) / measured. The knee, measured: each rate either keeps up
-(completion rate within 5 % of offered, the sweep's rule) or not; the capacity is the completion rate at
-a rate past the knee, predicted and measured on the same plan. Below the knee = the rates that keep up in
-both.
+Cells: below the knee (fractions < 1), p50 and p99 of TTFT, TPOT and e2e of each run; past it, each run's
+completion rate (the capacity as measured). The repeats go round the rates (0.2, 0.6, 2 x capacity, then
+again), so a rate's runs are minutes apart and meet whatever speed phases the host has then. No run is
+discarded or tried again: the intervals carry the host's variation, or the coverage says they do not.
 
-The rates are fractions of the capacity the fitted profile predicts (FRACTIONS), so that every machine is
-validated at the same utilizations: light load, moderate load, and past the knee. A fixed rate lands at
-0.6 of one machine's capacity and 0.9 of another's, where queueing makes TTFT p50 swing 50 % for a 10 %
-change in server speed (docs/twin.md).
+The bound (min_inside): a cell inside its interval is a draw of probability LEVEL when the intervals are
+right; the test asks at least the count that Binomial(cells, LEVEL) reaches with probability 1 - ALPHA. Cells
+of one run share its server speed, so the count varies more than a binomial one: ALPHA is small for that.
+
+Point errors ((predicted - measured) / measured), the server's in-run speed (its own timings of the requests
+that had it alone, over the profile's) and the run-queue wait of its compute thread are reported beside.
 """
 from __future__ import annotations
 
-import asyncio
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 import polars as pl
 
-from loadgen.twin.fit import DECODE_TOKENS
 from loadgen.twin.fit_model import predicted_ttft_s
-from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober
-from loadgen.twin.predict import Plan, point
+from loadgen.twin.intervals import Spread, load_spread
+from loadgen.twin.predict import Plan, point, predict
 from loadgen.results.folder import read_run
 from loadgen.sim.profiles import Profile, load_profile
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 
 WORKLOAD = str(Path(__file__).with_name("twin_mixed.toml"))
-# light load, moderate load (below the knee), past the knee; x the predicted capacity. Light load is 0.2, not
-# 0.3-0.4: there the workload's TPOT median sits between its two modes (streams alone, ~3 ms a token, and
-# streams that shared a step with a prefill, ~10 ms), so a 5 % change in server speed moves it 15-25 %.
+# light load, moderate load (below the knee), past the knee; x the predicted capacity, so that every machine
+# is validated at the same utilizations (a fixed rate lands at 0.6 of one machine's capacity and 0.9 of
+# another's)
 FRACTIONS = (0.2, 0.6, 2.0)
+REPEATS = 2
+LEVEL = 0.8
+ALPHA = 0.001
 METRICS = ("ttft", "tpot", "e2e")
+QUANTILES = ("p50", "p99")
 
 
-def fit(url: str, out: Path) -> dict:
-    p = loadgen("fit", "--url", url, "--out", str(out), "--format", "json", timeout=180)
+def fit(url: str, out: Path, *args: str) -> dict:
+    p = loadgen("fit", "--url", url, "--out", str(out), "--format", "json", *args, timeout=420)
     assert p.returncode == 0, p.stderr[-3000:]
     return orjson.loads(p.stdout)
 
 
 # The measurement keeps running when the host parks the client now and then (send lag is a client fault the
 # self-check flags, not what the twin is judged on): the table still shows what the server did.
-def measure(url: str, rate: float, out: Path, profile: Profile) -> tuple[dict, dict]:
+def measure(url: str, rate: float, out: Path, profile: Profile, *args: str) -> tuple[dict, dict]:
     p = loadgen("run", WORKLOAD, "--url", url, "--rate", f"{rate:g}/s", "--out", str(out), "--no-calibrate",
-                "--quiet", *RELAXED_SELFCHECK, timeout=600)
+                "--quiet", *RELAXED_SELFCHECK, *args, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = read_run(out).requests
     warm = rows["warmup"].to_numpy() if "warmup" in rows.columns else np.zeros(rows.height, bool)
@@ -85,52 +92,6 @@ def in_run_speed(rows, profile: Profile) -> dict:
     return {"n": len(ratios), "q25": float(q[0]), "q50": float(q[1]), "q75": float(q[2])}
 
 
-# A shared machine changes a CPU server's speed by 10-30 % from one minute to the next (other tenants); a
-# prediction can only be judged on a run during which the server kept the speed it had when it was fitted.
-# Three measures, all of the server, not of the client:
-#   in-run    the server's own timings of the run's requests that had it to themselves (in_run_speed): the
-#             server's speed during the run itself
-#   slowdown  a few of the fit's own probe shapes, right after the fit and after each run, over the fit's
-#             center for the same shapes: the server's speed at the run's edges, a few seconds each
-#   waited    the share of its runnable time the server's compute thread spent waiting for a CPU, over the
-#             fit and over each run (the kernel's schedstat run_delay: other processes held the cores)
-# A run is *admissible* when it waited at most MAX_WAITED and the server kept its fitted speed: where at least
-# IN_RUN_MIN_SAMPLES requests had the server to themselves, by the in-run measure (median within
-# SPEED_TOLERANCE, quartiles within IN_RUN_SPREAD); past the knee, where every request overlaps another, by
-# both edge slowdowns within SPEED_TOLERANCE. The in-run measure decides where it can because the edge checks
-# see seconds of a run's minutes: below the knee they rejected the four runs whose in-run speed was within
-# 1-4 % of the fit (their errors all met the targets) and passed two the server had not kept its speed
-# through (16 % slower throughout; 20 % slower in the last third), docs/twin.md. A rate is tried up to TRIES
-# times.
-SPEED_TOLERANCE = 0.05
-MAX_WAITED = 0.05
-IN_RUN_MIN_SAMPLES = 8
-IN_RUN_SPREAD = 0.15
-TRIES = 3
-CHECK_PREFILL = (256, 256, 1024, 1024)   # shapes the fit probes (fit.PREFILL_PROMPTS, fit contexts)
-CHECK_DECODE = ((1, 16), (2, 16))
-
-
-async def _check(url: str) -> tuple[list[PrefillSample], list[DecodeSample]]:
-    async with Prober(url, 60.0, seed=7) as p:
-        await p.limits()
-        return ([await p.prefill(n) for n in CHECK_PREFILL],
-                [await p.decode(b, c, DECODE_TOKENS) for b, c in CHECK_DECODE])
-
-
-def speed_check(url: str, fitted: dict) -> float:
-    """The median over the check's probes of time / the fit's center for the same shape (its report's
-    residuals[].measured_ms), minus 1 (+0.1 = 10 % slower). A prefill's time is the server's own prompt time
-    plus the fit's request overhead where the server reports it (as the fit's centers are), else the TTFT."""
-    center_ms = {(r["kind"], r.get("batch"), r["prompt_tokens"]): r["measured_ms"] for r in fitted["residuals"]}
-    overhead_s = fitted["coefficients_us"]["request_overhead"] * 1e-6
-    pre, dec = asyncio.run(_check(url))
-    ratios = [(s.ttft_s if s.server_prefill_s is None else s.server_prefill_s + overhead_s) * 1e3
-              / center_ms[("prefill", None, s.prompt_tokens)] for s in pre]
-    ratios += [s.step_s * 1e3 / center_ms[("decode", s.batch, s.prompt_tokens)] for s in dec]
-    return float(np.median(ratios)) - 1
-
-
 def model_prefill_s(profile: Profile, prompt_tokens: int) -> float:
     # what the profile says the server's own prompt time is: TTFT without the request overhead
     return predicted_ttft_s(profile, prompt_tokens) - profile.request_overhead_us * 1e-6
@@ -138,20 +99,38 @@ def model_prefill_s(profile: Profile, prompt_tokens: int) -> float:
 
 class Waited:
     """The server's compute thread (the one with the most CPU time meanwhile): run_delay / (cpu + run_delay)
-    between start() and share(), from /proc/PID/task/TID/schedstat (cpu ns, run-queue wait ns, slices)."""
+    between start() and share(), from /proc/PID/task/TID/schedstat (cpu ns, run-queue wait ns, slices).
+    group: every process of PID's process group (vLLM: its engine core is a child in the group it leads)."""
 
-    def __init__(self, pid: int):
-        self.pid = pid
+    def __init__(self, pid: int, group: bool = False):
+        self.pid, self.group = pid, group
         self.t0: dict[str, tuple[int, int]] = {}
+
+    def _pids(self) -> list[str]:
+        if not self.group:
+            return [str(self.pid)]
+        out = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[2]) == self.pid:
+                    out.append(p)
+            except (OSError, ValueError, IndexError):
+                continue
+        return out
 
     def _read(self) -> dict[str, tuple[int, int]]:
         out = {}
-        for tid in os.listdir(f"/proc/{self.pid}/task"):
+        for pid in self._pids():
             try:
-                cpu, wait, _ = (int(x) for x in Path(f"/proc/{self.pid}/task/{tid}/schedstat").read_text().split())
-            except (OSError, ValueError):
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
                 continue
-            out[tid] = (cpu, wait)
+            for tid in tids:
+                try:
+                    cpu, wait, _ = (int(x) for x in Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split())
+                except (OSError, ValueError):
+                    continue
+                out[tid] = (cpu, wait)
         return out
 
     def start(self) -> "Waited":
@@ -165,96 +144,102 @@ class Waited:
         return wait / (cpu + wait) if cpu + wait else 0.0
 
 
-def validate(url: str, server_pid: int, work: Path, fractions=FRACTIONS) -> dict:
-    waited = Waited(server_pid).start()
-    fitted = fit(url, work / "profile.toml")
-    fit_waited = waited.share()
+def min_inside(cells: int, level: float = LEVEL, alpha: float = ALPHA) -> int:
+    """The largest k with P(Binomial(cells, level) < k) <= alpha: fewer inside says the intervals are too
+    narrow (or the point is off) at that confidence."""
+    below, k = 0.0, 0
+    while k <= cells:
+        p = math.comb(cells, k) * level ** k * (1 - level) ** (cells - k)
+        if below + p > alpha:
+            return k
+        below += p
+        k += 1
+    return cells
+
+
+@dataclass
+class Twin:
+    """A fitted server: `loadgen fit`'s report, the profile and its spread (the round profiles, the misfit)."""
+    report: dict
+    profile: Profile
+    spread: Spread
+    waited: float   # the server's compute thread's run-queue wait during the fit
+
+
+def fit_twin(url: str, waited: Waited, work: Path, *fit_args: str) -> Twin:
+    waited.start()
+    report = fit(url, work / "profile.toml", *fit_args)
+    share = waited.share()
     profile = load_profile(str(work / "profile.toml"))
-    before = speed_check(url, fitted)
-    plan = Plan(WORKLOAD, {})
-    capacity = plan.capacity_per_s(profile)
+    spread = load_spread(str(work / "profile.toml"), profile)
+    assert len(spread.rounds) >= 2, (f"the fit kept {len(spread.rounds)} complete rounds in {report['probe_s']} s: "
+                                     f"no intervals; decode probes: " + ", ".join(
+                                         f"batch {r['batch']} ctx {r['prompt_tokens']} x {r['output_tokens']} tokens"
+                                         for r in report["residuals"] if r["kind"] == "decode"))
+    return Twin(report, profile, spread, share)
+
+
+def cover(url: str, waited: Waited, work: Path, profile: Profile, spread: Spread, fractions=FRACTIONS,
+          repeats: int = REPEATS, run_args: tuple[str, ...] = ()) -> dict:
+    """Predict the workload at `fractions` of the profile's capacity with intervals, measure it `repeats`
+    times round the rates, and count the cells inside (the module's docstring)."""
+    capacity = Plan(WORKLOAD, {}).capacity_per_s(profile)
     rates = [float(f"{f * capacity:.2g}") for f in fractions]
-    rows = []
-    for r in rates:
-        pred = plan.run(profile, r)
-        tries = []
-        for k in range(TRIES):
+    pred = predict(WORKLOAD, profile, rates, spread=spread, level=LEVEL)
+    runs, cells = [], []
+    for rep in range(repeats):
+        for f, r, p in zip(fractions, rates, pred["points"]):
             waited.start()
-            meas, in_run = measure(url, r, work / f"rate-{r:g}-try-{k}", profile)
-            t = {"waited": waited.share(), "slowdown_before": before}
-            after = speed_check(url, fitted)
-            t.update(slowdown_after=after, in_run=in_run, measured=meas)
-            t["admissible"] = t["waited"] <= MAX_WAITED and kept_speed(in_run, before, after)
-            tries.append(t)
-            before = after
-            if t["admissible"]:
-                break
-        meas = t["measured"]
-        row = {"rate_per_s": r, "offered_per_s": meas["offered_per_s"], "admissible": t["admissible"],
-               "tries": [{k: v for k, v in x.items() if k != "measured"} for x in tries],
-               "keeps_up": {"predicted": pred["keeps_up"], "measured": meas["keeps_up"]},
-               "completed_per_s": {"predicted": pred["completed_per_s"], "measured": meas["completed_per_s"]}}
-        for m in METRICS:
-            for q in ("p50", "p99"):
-                a, b = pred["latency_ms"][m][q], meas["latency_ms"][m][q]
-                row[f"{m}_{q}"] = {"predicted_ms": a, "measured_ms": b, "error_rel": (a - b) / b}
-        rows.append(row)
-    past = [x for x in rows if not x["keeps_up"]["measured"]]
-    cap = None
-    if past:
-        c = past[-1]["completed_per_s"]
-        cap = {"rate_per_s": past[-1]["rate_per_s"], "predicted_per_s": c["predicted"], "measured_per_s": c["measured"],
-               "error_rel": (c["predicted"] - c["measured"]) / c["measured"], "admissible": past[-1]["admissible"]}
-    return {"fit": {k: fitted[k] for k in ("form", "rms_rel", "max_abs_rel", "probe_s", "rounds", "coefficients_us")},
-            "fit_waited": fit_waited, "predicted_capacity_per_s": capacity, "fractions": list(fractions),
-            "speed_rule": f"in-run = quartiles of the server's own time / the fitted model's over the run's requests "
-                          f"that had the server to themselves; slowdown = median over a check's probes (before / "
-                          f"after the run) of time / the fit's center for the shape, - 1; waited = the server's "
-                          f"compute thread's run-queue wait / its runnable time; a run is admissible when it waited "
-                          f"at most {MAX_WAITED:.0%} and, with at least {IN_RUN_MIN_SAMPLES} such requests, the "
-                          f"in-run median is within {SPEED_TOLERANCE:.0%} and the quartiles within "
-                          f"{IN_RUN_SPREAD:.0%}, else (past the knee) both slowdowns are within "
-                          f"{SPEED_TOLERANCE:.0%}; up to {TRIES} tries per rate",
-            "points": rows, "capacity": cap}
+            meas, in_run = measure(url, r, work / f"rate-{r:g}-run-{rep}", profile, *run_args)
+            run = {"rate_per_s": r, "fraction": f, "run": rep, "waited": waited.share(), "in_run": in_run,
+                   "keeps_up": {"predicted": p["keeps_up"], "measured": meas["keeps_up"]},
+                   "offered_per_s": meas["offered_per_s"], "cells": []}
+            figures = ([("completed_per_s", p["completed_per_s"], p["completed_interval_per_s"],
+                         meas["completed_per_s"])] if f > 1 else
+                       [(f"{m}_{q}_ms", p["latency_ms"][m][q], p["latency_interval_ms"][m][q],
+                         meas["latency_ms"][m][q]) for m in METRICS for q in QUANTILES])
+            for name, point_v, (lo, hi), got in figures:
+                c = {"figure": name, "predicted": point_v, "low": lo, "high": hi, "measured": got,
+                     "inside": lo <= got <= hi, "error_rel": (point_v - got) / got, "width_rel": (hi - lo) / point_v}
+                run["cells"].append(c)
+                cells.append(c)
+            runs.append(run)
+    inside = sum(c["inside"] for c in cells)
+    return {"predicted_capacity_per_s": capacity, "fractions": list(fractions), "level": LEVEL,
+            "interval_rounds": len(spread.rounds), "runs": runs, "cells": len(cells), "inside": inside,
+            "min_inside": min_inside(len(cells)), "knee": pred["knee"]}
+
+
+def validate(url: str, server_pid: int, work: Path, fractions=FRACTIONS, repeats: int = REPEATS) -> dict:
+    """llama-server's validation: fit it, then cover()."""
+    waited = Waited(server_pid)
+    twin = fit_twin(url, waited, work)
+    return {**summary(twin), **cover(url, waited, work, twin.profile, twin.spread, fractions, repeats)}
+
+
+def summary(twin: Twin) -> dict:
+    return {"fit": {k: twin.report[k] for k in ("form", "rms_rel", "max_abs_rel", "probe_s", "rounds",
+                                                 "coefficients_us")}, "fit_waited": twin.waited}
 
 
 def table(v: dict) -> str:
     f = v["fit"]
-    head = " ".join(f"{m + ' ' + q:>22}" for m in METRICS for q in ("p50", "p99"))
-    fractions = ", ".join(f"{x:g}" for x in v["fractions"])
-    f = {**f, "waited": v["fit_waited"]}
-    lines = [v["speed_rule"], f"fit: form {f['form']}, residual rms {f['rms_rel']:.1%} max {f['max_abs_rel']:.1%}, "
-             f"{f['rounds']} rounds in {f['probe_s']} s, waited {f['waited']:.1%}; rates {fractions} x the predicted "
-             f"capacity {v['predicted_capacity_per_s']:.2f}/s",
-             "predicted/measured ms (error)",
-             f"{'rate/s':>6} {'keeps up p/m':>12}  {head}"]
-    for x in v["points"]:
-        k = x["keeps_up"]
-        cells = []
-        for m in METRICS:
-            for q in ("p50", "p99"):
-                c = x[f"{m}_{q}"]
-                cells.append(f"{c['predicted_ms']:7.1f}/{c['measured_ms']:7.1f} {c['error_rel']:+5.0%}")
-        up = ("yes" if k["predicted"] else "NO") + "/" + ("yes" if k["measured"] else "NO")
-        lines.append(f"{x['rate_per_s']:6g} {up:>12}  " + " ".join(f"{c:>22}" for c in cells)
-                     + f"  {'ok' if x['admissible'] else 'NOT admissible'} ({tries_text(x)})")
-    c = v["capacity"]
-    lines.append("capacity (completion rate past the knee): " + (
-        f"predicted {c['predicted_per_s']:.2f}/s, measured {c['measured_per_s']:.2f}/s at {c['rate_per_s']:g}/s "
-        f"offered ({c['error_rel']:+.1%})" if c else "no rate was past the knee"))
+    lines = [f"fit: form {f['form']}, residual rms {f['rms_rel']:.1%} max {f['max_abs_rel']:.1%}, {f['rounds']} "
+             f"rounds in {f['probe_s']} s, waited {v['fit_waited']:.1%}; capacity "
+             f"{v['predicted_capacity_per_s']:.2f}/s, rates {', '.join(f'{x:g}' for x in v['fractions'])} x it; "
+             f"{v['level']:.0%} intervals from {v['interval_rounds']} round profiles",
+             "rate/s run  figure            predicted [low - high] (width)       measured  error   inside"]
+    for r in v["runs"]:
+        speed = r["in_run"]
+        lines.append(f"{r['rate_per_s']:g}/s run {r['run'] + 1}: keeps up predicted/measured "
+                     f"{r['keeps_up']['predicted']}/{r['keeps_up']['measured']}, waited {r['waited']:.0%}, server "
+                     + (f"in-run speed {speed['q50']:.2f} ({speed['q25']:.2f}..{speed['q75']:.2f}, n {speed['n']})"
+                        if speed["n"] else "in-run speed n 0"))
+        for c in r["cells"]:
+            lines.append(f"{r['rate_per_s']:6g} {r['run'] + 1:3d}  {c['figure']:<16} {c['predicted']:9.2f} "
+                         f"[{c['low']:9.2f} - {c['high']:9.2f}] ({c['width_rel']:4.0%}) {c['measured']:9.2f} "
+                         f"{c['error_rel']:+6.0%}   {'yes' if c['inside'] else 'NO'}")
+    lines.append(f"coverage: {v['inside']} of {v['cells']} cells inside their {v['level']:.0%} intervals "
+                 f"({v['inside'] / v['cells']:.0%}; at least {v['min_inside']} asked: Binomial({v['cells']}, "
+                 f"{v['level']:g}) falls below it with probability <= {ALPHA:g})")
     return "\n".join(lines) + "\n"
-
-
-def kept_speed(in_run: dict, slowdown_before: float, slowdown_after: float) -> bool:
-    if in_run["n"] < IN_RUN_MIN_SAMPLES:  # past the knee nobody has the server alone: the edges decide
-        return max(abs(slowdown_before), abs(slowdown_after)) <= SPEED_TOLERANCE
-    return (abs(in_run["q50"] - 1) <= SPEED_TOLERANCE
-            and 1 - IN_RUN_SPREAD <= in_run["q25"] and in_run["q75"] <= 1 + IN_RUN_SPREAD)
-
-
-def tries_text(x: dict) -> str:
-    def in_run(s: dict) -> str:
-        return (f"in-run {s['q50'] - 1:+.0%} ({s['q25'] - 1:+.0%}..{s['q75'] - 1:+.0%}, n {s['n']})" if s["n"]
-                else "in-run n 0")
-    return "; ".join(f"slowdown {t['slowdown_before']:+.0%}/{t['slowdown_after']:+.0%} waited {t['waited']:.0%} "
-                     f"{in_run(t['in_run'])}" for t in x["tries"])

@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 from loadgen.twin.fit_model import coefficients
+from loadgen.twin.intervals import load_spread
 from loadgen.sim.process import SimProcess
 from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import loadgen
@@ -97,6 +98,13 @@ def test_fit_recovers_the_simulators_step_model(fitted):
     assert report["form"] == "roofline", report
     assert report["limits"] == {"max_num_seqs": 8, "max_model_len": 4096, "max_num_batched_tokens": 2048}
     assert report["request_overhead_source"] == "server timings"
+    # each complete round fitted alone, in the report and in the profile (predict's intervals)
+    assert len(report["rounds_coefficients_us"]) == report["rounds"] == 3
+    spread = load_spread(str(d / "fitted.toml"), load_profile(str(d / "fitted.toml")))
+    rounds = spread.rounds
+    assert spread.misfit_rel == pytest.approx(report["rms_rel"])
+    assert [coefficients(r).per_token * 1e6 for r in rounds] == pytest.approx(
+        [r["per_token"] for r in report["rounds_coefficients_us"]])
     print(f"simulator lateness: {late}")
     _premise(late)
 
@@ -124,6 +132,7 @@ def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):
     p = loadgen("predict", str(w), "--profile", str(d / "fitted.toml"), "--rates", "1,10,1000")
     assert p.returncode == 0, p.stderr
     assert "knee:" in p.stdout and p.stdout.count("\n") >= 6
+    assert "80% intervals (the same plan through each of the fit's 3 round profiles, and its misfit" in p.stdout
 
 
 def test_fit_bad_input_and_unreachable(tmp_path):

@@ -133,3 +133,16 @@ def test_decode_probes_that_hardly_overlap_are_asked_again_longer():
         asyncio.run(fitmod._decode(Server(10**6), 8, 16, 4096, {}))
     with pytest.raises(ShortOverlap):
         asyncio.run(fitmod._decode(Server(100), 8, 16, 16 + 2 + 95, {}))
+
+
+def test_token_gaps_share_a_coalesced_reads_time_among_its_tokens():
+    from loadgen.twin.fit_probe import token_gaps
+
+    # one token a read every 10 ns: each gap 10
+    assert token_gaps([0, 10, 20, 30], 0, 30) == [10, 10, 10]
+    # reads carrying 1, 3 and 2 tokens (vLLM behind its engine): 30 ns for three tokens, 20 for two
+    assert token_gaps([0, 30, 30, 30, 50, 50], 0, 50) == [10, 10, 10, 10, 10]
+    # only tokens inside the window, after its first read
+    assert token_gaps([0, 10, 20, 40, 60], 10, 40) == [10, 20]
+    # every token in one read: no gap at all (the probe then says the streams hardly overlapped)
+    assert token_gaps([5, 5, 5], 0, 10) == []

@@ -1,12 +1,15 @@
 """The twin validation's in-run speed (tests/e2e/twin_validation.py): the server's own timings of the requests
-that had it to themselves, over the fitted profile's; and the rule that judges a run by them."""
+that had it to themselves, over the fitted profile's (reported beside the coverage); and the coverage's
+binomial bound."""
 from __future__ import annotations
+
+import math
 
 import polars as pl
 import pytest
 
 from loadgen.sim.profiles import load_profile
-from tests.e2e.twin_validation import in_run_speed, kept_speed, model_prefill_s
+from tests.e2e.twin_validation import in_run_speed, min_inside, model_prefill_s
 
 PROFILE = load_profile("h100-sxm")
 MS = 1_000_000
@@ -60,15 +63,14 @@ def test_no_timings_no_samples():
     assert in_run_speed(r, PROFILE) == {"n": 0, "q25": None, "q50": None, "q75": None}
 
 
-@pytest.mark.parametrize("in_run, before, after, kept", [
-    ({"n": 40, "q25": 0.96, "q50": 1.0, "q75": 1.05}, -0.18, 0.09, True),   # the fitted speed throughout; the
-                                                                            # edge checks caught passing phases
-    ({"n": 40, "q25": 0.92, "q50": 0.98, "q75": 1.18}, 0.0, 0.02, False),   # a slow phase in the run's last third
-    ({"n": 40, "q25": 0.85, "q50": 0.89, "q75": 0.92}, 0.0, 0.0, False),    # 11 % faster than fitted all along
-    ({"n": 40, "q25": 0.86, "q50": 1.04, "q75": 1.14}, 0.0, 0.0, True),     # noisy, but centred and within the spread
-    ({"n": 3, "q25": 0.5, "q50": 0.6, "q75": 0.7}, 0.03, -0.04, True),      # past the knee: too few alone, the edges
-    ({"n": 3, "q25": 1.0, "q50": 1.0, "q75": 1.0}, 0.03, -0.08, False),     # decide: one 8 % off
-    ({"n": 0, "q25": None, "q50": None, "q75": None}, 0.0, 0.0, True),      # no server timings: the edges decide
+@pytest.mark.parametrize("cells, level, alpha, expected", [
+    (10, 0.8, 0.001, 4),    # P(Bin(10, .8) <= 3) = 0.00086, <= 4: 0.0064
+    (39, 0.8, 0.001, 23),
+    (20, 0.5, 0.05, 6),     # the usual sign-test table: P(Bin(20, .5) <= 5) = 0.0207, <= 6: 0.0577
 ])
-def test_kept_speed(in_run, before, after, kept):
-    assert kept_speed(in_run, before, after) is kept
+def test_min_inside_is_the_binomial_lower_bound(cells, level, alpha, expected):
+    k = min_inside(cells, level, alpha)
+    assert k == expected
+    below = sum(math.comb(cells, j) * level ** j * (1 - level) ** (cells - j) for j in range(k))
+    more = below + math.comb(cells, k) * level ** k * (1 - level) ** (cells - k)
+    assert below <= alpha < more

@@ -1,0 +1,101 @@
+"""Prediction intervals of the twin (docs/twin.md, "Intervals").
+
+`loadgen fit` fits the model to the rounds' centers (the profile) and, the same form, to each complete
+probe round alone (the profile's [[rounds]] tables). A CPU server on a shared host runs in speed phases of
+seconds to minutes, and prefill and decode move apart: the rounds disagree by that much. `loadgen predict`
+runs the plan through the engine once with the profile (the point) and once per round's profile, and gives
+each figure (a percentile, a completion rate, the capacity, the knee) an interval at a stated level:
+
+    point x exp(+- t(level, n - 1) x sqrt(s^2 x (1 + 1/n) + m^2))
+
+s the standard deviation of the log of the n round predictions of that figure, t Student's quantile at
+(1 + level) / 2: the prediction interval of one more draw (the run to come) from the distribution the
+rounds sampled, its spread estimated from n draws. In logs, because speeds multiply; through the engine,
+because a figure can amplify a speed change (a median between two modes, queueing near the knee) or damp it.
+m = log(1 + the fit's rms relative residual over its probes) ([fit] rms_rel): the model's misfit, the same
+in every round, which the rounds' spread cannot show; a figure is not known better than the probes are
+described. What the interval does not know: a phase longer than the fit that the fit never saw (a longer
+--budget samples more), or a host that takes the server's CPU more than it did during the fit.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadgen.sim.profiles import Profile
+from loadgen.twin.fit_model import Coefficients, EngineLimits, to_profile
+
+LEVEL = 0.8   # predict's default --level
+
+
+def t_quantile(p: float, dof: int) -> float:
+    """Student's t quantile (0.5 < p < 1): exact for 1 and 2 degrees of freedom, else the Cornish-Fisher
+    expansion in 1/dof (Abramowitz & Stegun 26.7.5; within 0.3 % of the tables from 3 degrees of freedom at
+    p <= 0.975)."""
+    if dof == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if dof == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
+    z = statistics.NormalDist().inv_cdf(p)
+    g = ((z ** 3 + z) / 4,
+         (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
+         (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
+         (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
+    return z + sum(gk / dof ** (k + 1) for k, gk in enumerate(g))
+
+
+def band(point: float | None, rounds: Sequence[float | None], level: float, misfit_rel: float = 0.0
+         ) -> list[float] | None:
+    """[low, high] around `point` from the rounds' predictions of the same figure and the fit's misfit (the
+    module's rule); None without a point or with fewer than 2 positive round values."""
+    v = [math.log(x) for x in rounds if x is not None and x > 0]
+    if point is None or point <= 0 or len(v) < 2:
+        return None
+    spread = statistics.variance(v) * (1 + 1 / len(v)) + math.log1p(misfit_rel) ** 2
+    half = t_quantile((1 + level) / 2, len(v) - 1) * math.sqrt(spread)
+    return [point * math.exp(-half), point * math.exp(half)]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What a fitted profile says of its own uncertainty: each complete round's profile, and the fit's rms
+    relative residual over its probes."""
+    rounds: list[Profile]
+    misfit_rel: float = 0.0
+
+
+def load_spread(path: str, profile: Profile) -> Spread:
+    """The [[rounds]] of a profile file written by `loadgen fit`, each as a Profile with the file's limits,
+    and its [fit] rms_rel (none for a shipped profile or a file without them). ValueError naming the file,
+    the round and the key."""
+    if not path.endswith(".toml") and not Path(path).exists():
+        return Spread([])   # a shipped profile's name
+    data = tomllib.loads(Path(path).read_text())
+    rms = (data.get("fit") or {}).get("rms_rel", 0.0)
+    if isinstance(rms, bool) or not isinstance(rms, (int, float)) or not 0 <= rms < 10:
+        raise ValueError(f"{path}: [fit] 'rms_rel' must be a number from 0 to 10, got {rms!r}")
+    return Spread(_rounds(path, data.get("rounds", []), profile), float(rms))
+
+
+def _rounds(path: str, rounds: object, profile: Profile) -> list[Profile]:
+    if not isinstance(rounds, list):
+        raise ValueError(f"{path}: 'rounds' must be an array of tables ([[rounds]])")
+    lim = EngineLimits(profile.model_name, profile.max_num_seqs, profile.max_num_batched_tokens,
+                       profile.max_model_len, profile.params, profile.weight_bytes or None)
+    out = []
+    for i, r in enumerate(rounds, 1):
+        values, problems = {}, []
+        for name in Coefficients.__dataclass_fields__:
+            v = r.get(f"{name}_us") if isinstance(r, dict) else None
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                problems.append(f"'{name}_us' must be a number >= 0, got {v!r}")
+            else:
+                values[name] = v * 1e-6
+        if problems:
+            raise ValueError(f"{path}: [[rounds]] #{i}: " + "; ".join(problems))
+        out.append(to_profile(Coefficients(**values), lim, f"{profile.name} round {i}", profile.description))
+    return out

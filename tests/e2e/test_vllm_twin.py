@@ -1,0 +1,83 @@
+"""The twin against vLLM (CPU build), docs/twin.md: `loadgen fit` a vLLM started with SEATS seats, predict the
+mixed workload with intervals and measure it (twin_validation.cover, as test_twin.py does for llama-server);
+then **what if**: the same fit predicts `--set max_num_seqs=WHAT_IF_SEATS`, a setting it never saw, and a vLLM
+started with that many seats is measured at the rates of that prediction. Both are judged by coverage (the
+cells inside their intervals, at least the binomial bound), a known gap for now (xfail, not strict: the model
+is not fitted to steps that mix a prefill with decodes; docs/twin.md). ~7 min on the 2-core machine, one vLLM
+at a time.
+
+vLLM publishes max_model_len (/v1/models) but not its seats or its step budget: the fit is told both, as the
+server was started. Prefix caching is off (`--no-enable-prefix-caching`): the workload's prompts are distinct,
+but a cache hit would make a measured prefill shorter than any the fit probed.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from loadgen.twin.intervals import Spread
+from tests.e2e.conftest import FIGURES
+from tests.e2e.twin_validation import Waited, cover, fit_twin, summary, table
+from tests.e2e.vllm_server import MODEL_NAME, VllmServer, serve
+
+SEATS, WHAT_IF_SEATS, BUDGET_TOKENS = 8, 2, 2048
+FLAGS = ("--max-num-batched-tokens", str(BUDGET_TOKENS), "--no-enable-prefix-caching")
+WHAT_IF_FRACTIONS = (0.6, 2.0)
+# 8 seats make 8 decode shapes a round (llama-server's 2 slots: 4): ~7 s a round on an idle host, 8 rounds in
+# ~55 s; on a busy one a decode probe whose streams hardly overlapped is asked again longer (fit.py), and a
+# 60-s budget once kept a single round (no interval)
+FIT_BUDGET = "120s"
+
+
+def _server(tmp_path_factory, name: str, seats: int):
+    gen = serve(tmp_path_factory, name, url_env=None, extra=("--max-num-seqs", str(seats), *FLAGS))
+    return gen, next(gen)
+
+
+@pytest.fixture(scope="module")
+def validations(tmp_path_factory):
+    work = tmp_path_factory.mktemp("vllm-twin")
+    gen, srv = _server(tmp_path_factory, "vllm-twin-8", SEATS)
+    assert isinstance(srv, VllmServer) and srv.proc is not None
+    try:
+        waited = Waited(srv.proc.pid, group=True)
+        twin = fit_twin(srv.url, waited, work, "--max-num-seqs", str(SEATS), "--max-batched-tokens", str(BUDGET_TOKENS),
+                        "--budget", FIT_BUDGET)
+        fitted = {**summary(twin), **cover(srv.url, waited, work / "fitted", twin.profile, twin.spread,
+                                           run_args=("--model", MODEL_NAME))}
+    finally:
+        gen.close()
+    gen, srv = _server(tmp_path_factory, "vllm-twin-2", WHAT_IF_SEATS)
+    assert isinstance(srv, VllmServer) and srv.proc is not None
+    try:
+        what_if = [dataclasses.replace(p, max_num_seqs=WHAT_IF_SEATS) for p in (twin.profile, *twin.spread.rounds)]
+        other = {**summary(twin), **cover(srv.url, Waited(srv.proc.pid, group=True), work / "what-if", what_if[0],
+                                          Spread(what_if[1:], twin.spread.misfit_rel), WHAT_IF_FRACTIONS,
+                                          run_args=("--model", MODEL_NAME))}
+    finally:
+        gen.close()
+    for name, v in (("vllm", fitted), (f"vllm what-if max_num_seqs {SEATS} -> {WHAT_IF_SEATS}", other)):
+        print(f"\n{name}\n" + table(v))
+        FIGURES[f"twin {name} coverage (inside / cells, bound)"] = f"{v['inside']}/{v['cells']} (>= {v['min_inside']})"
+    return fitted, other
+
+
+def test_vllm_twin_fit_and_capacity(validations):
+    fitted, other = validations
+    assert fitted["fit"]["rms_rel"] < 0.25, fitted["fit"]
+    # fewer seats, less capacity: the what-if predicts it, and the measurement past the knee shows it
+    assert other["knee"]["capacity_per_s"] < fitted["knee"]["capacity_per_s"]
+    for v in validations:
+        for r in v["runs"]:
+            if r["fraction"] == max(v["fractions"]):   # far past the knee: neither keeps up
+                assert not r["keeps_up"]["measured"] and not r["keeps_up"]["predicted"], r
+
+
+@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): held in a quiet validation (22 of 26 cells, "
+                                        "what-if 12 of 14), but a fit that described the probes better predicted "
+                                        "load 15-50 % fast: steps mixing a prefill with decodes are not probed")
+@pytest.mark.parametrize("which", ["fitted", "what-if"])
+def test_vllm_intervals_cover_the_measured_figures(validations, which):
+    v = validations[0 if which == "fitted" else 1]
+    assert v["inside"] >= v["min_inside"], table(v)
