@@ -19,7 +19,10 @@ Two optional keys (default 0) describe engines measured by `loadgen fit` (docs/t
 multi_token_us, the extra cost of a step that computes more than one token (llama.cpp on a CPU runs a
 one-token step through a matrix-vector path several times cheaper than any larger batch), and
 request_overhead_us, host time per request before the engine sees it (HTTP, tokenization): it delays
-the request's admission, not any step.
+the request's admission, not any step. And one optional key, memory_compute = "max" (default: a GPU reads
+memory while it computes, the roofline) or "sum" (a CPU engine: the step pays its memory reads and its
+compute one after the other, so a prompt chunk in a step with decodes adds to their reads rather than
+hiding them; measured on llama.cpp and vLLM's CPU build by `loadgen fit`'s mixed probe).
 """
 from __future__ import annotations
 
@@ -58,13 +61,15 @@ class Profile:
     # optional (fit.py): see the module comment
     multi_token_us: float = 0.0
     request_overhead_us: float = 0.0
+    memory_compute: str = "max"   # "max" (overlapped: a GPU) or "sum" (one after the other: a CPU)
 
     def step_ns(self, tokens: int, seqs: int, kv_tokens_read: int, attention_pairs: int, has_prefill: bool) -> int:
         memory_s = (self.weight_bytes / (self.weight_bandwidth_gb_s * 1e9)
                     + kv_tokens_read * self.kv_bytes_per_token / (self.kv_bandwidth_gb_s * 1e9))
         flops = 2 * self.params * tokens + 4 * self.layers * self.hidden * attention_pairs
         compute_s = flops / (self.compute_tflops * 1e12)
-        gpu_s = self.overhead_us * 1e-6 + max(memory_s, compute_s) + self.per_seq_us * 1e-6 * seqs
+        work_s = memory_s + compute_s if self.memory_compute == "sum" else max(memory_s, compute_s)
+        gpu_s = self.overhead_us * 1e-6 + work_s + self.per_seq_us * 1e-6 * seqs
         launch_s = (self.prefill_launch_us if has_prefill else self.decode_launch_us) * 1e-6
         multi_s = self.multi_token_us * 1e-6 if tokens > 1 else 0.0
         return round((max(launch_s, gpu_s) + multi_s) * 1e9)
@@ -78,7 +83,8 @@ class Profile:
 
 
 _SECTIONS = ("model", "step", "engine")
-_OPTIONAL = {"description": "", "multi_token_us": 0.0, "request_overhead_us": 0.0}
+_OPTIONAL = {"description": "", "multi_token_us": 0.0, "request_overhead_us": 0.0, "memory_compute": "max"}
+MEMORY_COMPUTE = ("max", "sum")
 
 
 def shipped_profiles() -> list[str]:
@@ -124,6 +130,9 @@ def load_profile(name_or_file: str) -> Profile:
                 problems.append(f"'{f.name}' must be a number >= 0, got {v!r}")
                 continue
             v = int(v) if f.type == "int" else float(v)
+        elif f.name == "memory_compute" and v not in MEMORY_COMPUTE:
+            problems.append(f"'memory_compute' must be \"max\" or \"sum\", got {v!r}")
+            continue
         values[f.name] = v
     for k in ("weight_bandwidth_gb_s", "kv_bandwidth_gb_s", "compute_tflops", "max_num_seqs",
               "max_num_batched_tokens", "kv_capacity_tokens", "max_model_len"):

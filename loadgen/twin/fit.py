@@ -1,7 +1,7 @@
 """`loadgen fit --url URL --out profile.toml`: probe a live server (fit_probe.py), fit the simulator's
 step model (fit_model.py), write a profile `loadgen sim --profile FILE` and `loadgen predict` take.
 
-The plan, in rounds (a round = every prefill length once, then every decode shape once), at most
+The plan, in rounds (a round = every prefill length once, every decode shape once, every mixed shape once), at most
 --rounds rounds (default ROUNDS), each probe bounded by the budget (--budget, default 60 s): round 1 must
 finish, later rounds stop at the deadline (what they measured is kept). Per shape, the rounds' center is
 fitted (`center`: the median of fewer than 5, else the mean of all but the fastest and slowest tenth).
@@ -21,6 +21,10 @@ that time's center plus the request overhead (below), so client-side noise stays
            shape whose streams overlap for too few steps (fit_probe.ShortOverlap: steps of a fast engine,
            as the simulator's default profile's ~1.5 ms, against the time a busy client takes to start
            B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length
+  mixed    a prompt of MIXED_PROMPTS tokens (those that fit one step with the decodes) sent into B = 1 and
+           min(4, slots - 1) decoding streams (context 16, MIXED_TOKENS outputs, lengthened like a decode
+           shape's): the step that runs both, which a server under load is made of, and which tells the
+           forms apart (max: the prompt hides the decodes' reads; sum: it adds to them)
   request overhead: median(TTFT - server prompt time) when the server reports it, else 0
 
 On this repository's 2-core machine against llama-server (2 slots, 4096 tokens each) one round takes
@@ -34,11 +38,13 @@ import statistics
 from dataclasses import dataclass
 
 from loadgen.twin.fit_model import EngineLimits, FitResult, fit, to_toml
-from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed, ShortOverlap
+from loadgen.twin.fit_probe import DecodeSample, MixedSample, PrefillSample, Prober, ProbeFailed, ShortOverlap
 
 PREFILL_PROMPTS = (16, 64, 256, 512, 1024, 1536, 2048, 3072)
 DECODE_TOKENS = 48
 DECODE_MAX_TOKENS = 768
+MIXED_PROMPTS = (256, 1024)
+MIXED_TOKENS = 64
 ROUNDS = 8
 
 
@@ -56,7 +62,12 @@ class FitOptions:
     tls: ssl.SSLContext | bool = True           # --insecure / --ca-bundle (ClientOptions.ssl_context)
 
 
-Round = tuple[list[PrefillSample], list[DecodeSample]]  # one complete round's samples, as the fit takes them
+@dataclass
+class Round:
+    """Samples as the fit takes them: one complete round's own, or every shape's center over the rounds."""
+    prefill: list[PrefillSample]
+    decode: list[DecodeSample]
+    mixed: list[MixedSample]
 
 
 async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]:
@@ -74,6 +85,8 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
         prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
         contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
+        mixes = [(b, c, n) for b in sorted({1, min(4, slots - 1)}) if b >= 1 for c in contexts
+                 for n in MIXED_PROMPTS if n + b <= o.max_batched_tokens and n + 2 <= ctx]
         await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
         for b in batches:    # and each batch size once (a fresh vLLM on a CPU stalls on each new shape)
             try:
@@ -82,7 +95,8 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                 pass
         pre: dict[int, list[PrefillSample]] = {}
         dec: dict[tuple[int, int], list[DecodeSample]] = {}
-        outputs: dict[tuple[int, int], int] = {}  # a shape's output tokens, once lengthened
+        mix: dict[tuple[int, int, int], list[MixedSample]] = {}
+        outputs: dict[tuple, int] = {}  # a shape's output tokens, once lengthened
         rounds = 0
         try:
             for _ in range(o.rounds):
@@ -91,6 +105,8 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                 for b in batches:
                     for c in contexts:
                         dec.setdefault((b, c), []).append(await _decode(p, b, c, ctx, outputs))
+                for b, c, n in mixes:
+                    mix.setdefault((b, c, n), []).append(await _mixed(p, b, c, n, ctx, outputs))
                 rounds += 1
         except ProbeFailed as e:
             if p.left_s() > 0:
@@ -102,16 +118,19 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
     decode = [DecodeSample(b, c, v[0].output_tokens, center([s.step_s for s in v])) for (b, c), v in dec.items()]
-    each = [([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values()])
-            for k in range(rounds)]
-    return lim, (prefill, decode), each, {"rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s}
+    mixed = [MixedSample(b, statistics.fmean(s.context for s in v), n, center([s.step_s for s in v]))
+             for (b, _, n), v in mix.items()]
+    each = [Round([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values()],
+                  [v[k] for v in mix.values()]) for k in range(rounds)]
+    return lim, Round(prefill, decode, mixed), each, {"rounds": rounds, "probe_s": round(used_s, 1),
+                                                       "budget_s": o.budget_s}
 
 
 _UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; vLLM and SGLang publish none)",
                 "--max-model-len": "context per slot (llama.cpp's /props n_ctx, or max_model_len in /v1/models)"}
 
 
-async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple[int, int], int]) -> DecodeSample:
+async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple, int]) -> DecodeSample:
     """One decode probe of the shape; streams that overlapped too briefly are asked again with twice the
     outputs (kept for the shape's later rounds), while they fit in the slot and DECODE_MAX_TOKENS."""
     n = outputs.get((batch, context), DECODE_TOKENS)
@@ -122,6 +141,19 @@ async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[t
             if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
                 raise
             n = outputs[(batch, context)] = 2 * n
+
+
+async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int, outputs: dict[tuple, int]) -> MixedSample:
+    """One mixed probe of the shape, its decodes lengthened as _decode's are when they end too soon."""
+    key = ("mixed", batch, context, prompt)
+    n = outputs.get(key, MIXED_TOKENS)
+    while True:
+        try:
+            return await p.mixed(batch, context, prompt, n)
+        except ShortOverlap:
+            if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
+                raise
+            n = outputs[key] = 2 * n
 
 
 def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:
@@ -150,16 +182,17 @@ def request_overhead_s(prefill: list[PrefillSample]) -> float:
 
 
 def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
-    lim, (prefill, decode), each, info = asyncio.run(_probe(o))
-    r_s = request_overhead_s(prefill)
-    res = fit(prefill, decode, lim, r_s, name=o.name,
+    lim, c, each, info = asyncio.run(_probe(o))
+    r_s = request_overhead_s(c.prefill)
+    res = fit(c.prefill, c.decode, lim, r_s, name=o.name, mixed=c.mixed,
               description=f"fitted by loadgen fit to {lim.model_name} at {o.url}")
     # The same form fitted to each complete round alone: how far the server's speed moved during the fit,
     # which `loadgen predict` turns into intervals (twin/intervals.py). Fewer than 2 rounds: no interval.
-    per_round = [fit(p, d, lim, r_s, forms=(res.form,)).coefficients for p, d in each] if len(each) >= 2 else []
+    per_round = [fit(r.prefill, r.decode, lim, r_s, forms=(res.form,), mixed=r.mixed).coefficients
+                 for r in each] if len(each) >= 2 else []
     report = {"url": o.url, "form": res.form, "rms_rel": res.rms_rel, "max_abs_rel": res.max_abs_rel,
               "alternatives_rms_rel": res.alternatives, "request_overhead_source":
-              "server timings" if any(s.server_prefill_s is not None for s in prefill) else "none (0)",
+              "server timings" if any(s.server_prefill_s is not None for s in c.prefill) else "none (0)",
               "limits": {"max_num_seqs": lim.max_num_seqs, "max_model_len": lim.max_model_len,
                          "max_num_batched_tokens": lim.max_num_batched_tokens},
               "coefficients_us": {k: v * 1e6 for k, v in vars(res.coefficients).items()},
@@ -193,6 +226,7 @@ def to_text(res: FitResult, report: dict) -> str:
              f"{'probe':<28} {'measured ms':>12} {'predicted ms':>13} {'error':>7}"]
     for r in res.residuals:
         what = (f"prefill {r['prompt_tokens']} tokens" if r["kind"] == "prefill"
-                else f"decode batch {r['batch']}, ctx {r['prompt_tokens']}")
+                else f"decode batch {r['batch']}, ctx {r['prompt_tokens']}" if r["kind"] == "decode"
+                else f"{r['prompt_tokens']} + {r['batch']} dec. ctx {r['context']:.0f}")
         lines.append(f"{what:<28} {r['measured_ms']:12.2f} {r['predicted_ms']:13.2f} {r['error_rel']:+7.1%}")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,7 @@
 """Fits the simulator's step-time model (sim/profiles.py) to probe samples (fit_probe.py) and writes
 the profile. Pure: no I/O but `to_toml`.
 
-Two forms of the model are fitted, both special cases of the profile's step time, and the one with
+Three forms of the model are fitted, each a special case of the profile's step time, and the one with
 the smaller residuals is kept:
 
   roofline  (a GPU: decode reads the weights, prefill is compute-bound; multi_token = 0)
@@ -13,9 +13,17 @@ the smaller residuals is kept:
                    + max(kv * kv_tokens_read, prefill_tok * tokens + attn * pairs)
             (decode attention, a matrix-vector product, costs far more per pair than prefill's: the
             kv term carries it)
+  sum       (a CPU engine that pays its reads and its compute one after the other: profile
+            memory_compute = "sum"; weights = 0)
+            step = overhead + multi_token [tokens > 1] + per_seq * B
+                   + kv * kv_tokens_read + prefill_tok * tokens + attn * pairs
+            (the forms differ on a mixed step, a prompt run with decodes: under max() the prompt's
+            compute hides the decodes' reads, under sum it adds to them)
 
-A probe's TTFT = request_overhead + the prefill's steps (a prompt longer than max_num_batched_tokens
-runs in ceil(P / chunk) steps; the attention pairs of all its chunks add up to P (P + 1) / 2).
+A mixed probe's step: the prompt's P tokens and B decodes, B + 1 sequences, kv_tokens_read
+P + B (ctx + 1), pairs P (P + 1) / 2 + B (ctx + 1). A probe's TTFT = request_overhead + the prefill's
+steps (a prompt longer than max_num_batched_tokens runs in ceil(P / chunk) steps; the attention pairs
+of all its chunks add up to P (P + 1) / 2).
 request_overhead is measured, not fitted, when the server reports its own prefill time (llama.cpp's
 `timings.prompt_ms`): the median of TTFT - prompt_ms; 0 otherwise. Least squares on relative errors
 (each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadgen.twin.fit_probe import DecodeSample, PrefillSample
+from loadgen.twin.fit_probe import DecodeSample, MixedSample, PrefillSample
 from loadgen.sim.profiles import Profile
 
 NOMINAL_KV_BYTES_PER_TOKEN = 1024.0  # the fit sees only kv_bytes / kv_bandwidth; the split is nominal
@@ -72,7 +80,8 @@ def coefficients(p: Profile) -> Coefficients:
         multi_token=p.multi_token_us * 1e-6, request_overhead=p.request_overhead_us * 1e-6)
 
 
-def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str) -> Profile:
+def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str,
+               memory_compute: str = "max") -> Profile:
     params = float(lim.n_params or 1e9)
     per_token = max(c.per_token, 1e-12)
     flops = 2 * params / per_token
@@ -88,7 +97,8 @@ def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str) 
         compute_tflops=flops / 1e12, prefill_launch_us=0.0, decode_launch_us=0.0,
         max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
         kv_capacity_tokens=lim.max_num_seqs * lim.max_model_len,
-        multi_token_us=c.multi_token * 1e6, request_overhead_us=c.request_overhead * 1e6)
+        multi_token_us=c.multi_token * 1e6, request_overhead_us=c.request_overhead * 1e6,
+        memory_compute=memory_compute)
 
 
 # --- what a profile predicts for each probe shape (the simulator's engine, one sequence or B in lockstep)
@@ -114,15 +124,31 @@ def predicted_step_s(p: Profile, s: DecodeSample) -> float:
     return p.step_ns(s.batch, s.batch, kv, kv, False) / 1e9
 
 
+def mixed_shape(m: MixedSample) -> tuple[int, int, float, float]:
+    """(tokens, sequences, kv_tokens_read, attention_pairs) of a mixed probe's step."""
+    decode_kv = m.batch * (m.context + 1)
+    return m.prompt_tokens + m.batch, m.batch + 1, m.prompt_tokens + decode_kv, \
+        m.prompt_tokens * (m.prompt_tokens + 1) / 2 + decode_kv
+
+
+def predicted_mixed_s(p: Profile, m: MixedSample) -> float:
+    tokens, seqs, kv, pairs = mixed_shape(m)
+    return p.step_ns(tokens, seqs, round(kv), round(pairs), True) / 1e9
+
+
 # --- fitting
 
-FORMS = ("roofline", "compute")
+FORMS = ("roofline", "compute", "sum")
+MEMORY_COMPUTE = {"roofline": "max", "compute": "max", "sum": "sum"}  # the profile's memory_compute per form
 _NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token")
 
 
-def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool) -> np.ndarray:
+def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool,
+              form: str) -> np.ndarray:
     # the step's coefficient vector over _NAMES on the branch of max(memory, compute) that x makes
-    # active (x None: decode reads memory, prefill computes)
+    # active (x None: decode reads memory, prefill computes); the sum form pays both (no weights column)
+    if form == "sum":
+        return np.array([1, seqs, 0, kv, tokens, pairs, 1 if tokens > 1 else 0], dtype=np.float64)
     if x is None:
         memory = decode
     else:
@@ -131,16 +157,20 @@ def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: fl
                      0 if memory else pairs, 1 if tokens > 1 else 0], dtype=np.float64)
 
 
-def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], chunk: int, r: float):
+def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], mixed: Sequence[MixedSample], chunk: int,
+          r: float, form: str):
     rows, y = [], []
     for s in prefill:
-        rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False)
+        rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False, form)
                         for n, c in chunks(s.prompt_tokens, chunk)))
         y.append(s.ttft_s - r)
     for d in decode:
         kv = d.batch * (decode_context(d) + 1)
-        rows.append(_step_row(x, d.batch, d.batch, kv, kv, True))
+        rows.append(_step_row(x, d.batch, d.batch, kv, kv, True, form))
         y.append(d.step_s)
+    for m in mixed:
+        rows.append(_step_row(x, *mixed_shape(m), False, form))
+        y.append(m.step_s)
     return np.array(rows), np.array(y, dtype=np.float64)
 
 
@@ -177,7 +207,7 @@ def _columns(form: str, decode) -> list[int]:
     # per_seq + multi_token, prefill steps pay overhead + per_seq + multi_token once each.)
     cols = {"overhead", "per_token", "per_pair", "kv_per_token"}
     if len({s.batch for s in decode}) > 1:
-        cols |= {"per_seq", "multi_token"} if form == "compute" else {"per_seq"}
+        cols |= {"per_seq"} if form == "roofline" else {"per_seq", "multi_token"}
     if form == "roofline":
         cols.add("weights")
     return [_NAMES.index(c) for c in _NAMES if c in cols]
@@ -185,8 +215,9 @@ def _columns(form: str, decode) -> list[int]:
 
 def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLimits,
         request_overhead_s: float = 0.0, name: str = "fitted", description: str = "",
-        forms: tuple[str, ...] = FORMS) -> FitResult:
-    """The best of `forms` (the smaller rms relative residual); one form given, that form."""
+        forms: tuple[str, ...] = FORMS, mixed: Sequence[MixedSample] = ()) -> FitResult:
+    """The best of `forms` (the smaller rms relative residual over every sample, mixed ones included); one
+    form given, that form."""
     if len(prefill) < 3 or len({s.prompt_tokens for s in prefill}) < 3:
         raise ValueError("the fit needs prefill samples of at least 3 prompt lengths")
     if not decode:
@@ -196,7 +227,7 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
         cols = _columns(form, decode)
         x, seen = None, []
         for _ in range(8):  # refit until every sample sits on the branch of max() the fit makes active
-            a, y = _rows(x, prefill, decode, lim.max_num_batched_tokens, request_overhead_s)
+            a, y = _rows(x, prefill, decode, mixed, lim.max_num_batched_tokens, request_overhead_s, form)
             branches = a[:, 2].tolist()
             if branches in seen:
                 break
@@ -204,8 +235,8 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
             x = _nnls(a, y, cols)
         assert x is not None  # the loop's first pass always fits
         c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))), request_overhead=request_overhead_s)
-        prof = to_profile(c, lim, name, description)
-        res = residuals(prof, prefill, decode)
+        prof = to_profile(c, lim, name, description, MEMORY_COMPUTE[form])
+        res = residuals(prof, prefill, decode, mixed)
         rms = math.sqrt(sum(r["error_rel"] ** 2 for r in res) / len(res))
         results[form] = (prof, res, rms)
     best = min(results, key=lambda f: results[f][2])
@@ -214,7 +245,8 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
                      {f: round(v[2], 4) for f, v in results.items()})
 
 
-def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSample]) -> list[dict]:
+def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSample],
+              mixed: Sequence[MixedSample] = ()) -> list[dict]:
     out = []
     for s in prefill:
         pred = predicted_ttft_s(p, s.prompt_tokens)
@@ -225,6 +257,11 @@ def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSampl
         out.append({"kind": "decode", "batch": d.batch, "prompt_tokens": d.prompt_tokens,
                     "output_tokens": d.output_tokens, "measured_ms": d.step_s * 1e3, "predicted_ms": pred * 1e3,
                     "error_rel": (pred - d.step_s) / d.step_s})
+    for m in mixed:
+        pred = predicted_mixed_s(p, m)
+        out.append({"kind": "mixed", "batch": m.batch, "prompt_tokens": m.prompt_tokens,
+                    "context": round(m.context, 1), "measured_ms": m.step_s * 1e3, "predicted_ms": pred * 1e3,
+                    "error_rel": (pred - m.step_s) / m.step_s})
     return out
 
 
@@ -244,6 +281,7 @@ def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel:
     lines += [f"{k} = {num(getattr(p, k))}" for k in (
         "overhead_us", "per_seq_us", "weight_bandwidth_gb_s", "kv_bandwidth_gb_s", "compute_tflops",
         "prefill_launch_us", "decode_launch_us", "multi_token_us", "request_overhead_us")]
+    lines.append(f"memory_compute = {json.dumps(p.memory_compute)}")
     lines += ["", "[engine]"]
     lines += [f"{k} = {getattr(p, k)}" for k in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens")]
     if rms_rel is not None:

@@ -11,6 +11,11 @@ what a client sees (HTTP, tokenization, sampling), not only the engine's kernels
   decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
            DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode); fewer than
            MIN_OVERLAP_STEPS x B such gaps raise ShortOverlap (fit.py then asks for longer streams)
+  mixed    B streams decoding (prompts of C token ids, N outputs); once each has MIXED_AFTER tokens, one
+           prompt of P token ids with 1 output token: the engine runs that prompt in a step with the B
+           decodes. MixedSample(B, context = the decodes' mean context then, P, step_s = the decodes' gap
+           that ends with the prompt's first token), the step a run under load is made of and the two
+           other shapes never show (a CPU engine pays the prompt's compute on top of the decodes' reads)
 
 Prompts are lists of token ids (exact lengths, no tokenizer needed; ids drawn from [1000, 30000) so no
 byte-fallback or control token), each request's ids distinct (no prefix cache hit); requests ask
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 from itertools import groupby
 import ssl
 import time
@@ -38,6 +44,7 @@ from loadgen.errors import LoadgenError
 from loadgen.probe.discover import published_limits
 
 MIN_OVERLAP_STEPS = 8  # a decode probe needs this many steps (per stream) with every stream decoding
+MIXED_AFTER = 8        # the mixed probe's prompt is sent once every decode stream has this many tokens
 
 
 class ProbeFailed(LoadgenError):
@@ -61,6 +68,14 @@ class DecodeSample:
     prompt_tokens: int
     output_tokens: int
     step_s: float   # 10 %-trimmed mean gap between tokens while all `batch` streams decode
+
+
+@dataclass(frozen=True)
+class MixedSample:
+    batch: int           # decoding streams in the step (the prompt's sequence is one more)
+    context: float       # their mean context (prompt + tokens so far) in that step
+    prompt_tokens: int   # the prompt run in the same step (one chunk: <= max_batched_tokens - batch)
+    step_s: float        # the step's time: the decodes' token gap that ends with the prompt's first token
 
 
 @dataclass(frozen=True)
@@ -141,13 +156,13 @@ class Prober:
     def _ids(self, n: int) -> list[int]:
         return [self.rng.randrange(1000, 30000) for _ in range(n)]
 
-    async def _stream(self, prompt_tokens: int, max_tokens: int) -> _Stream:
+    async def _stream(self, prompt_tokens: int, max_tokens: int, out: _Stream | None = None) -> _Stream:
         body = orjson.dumps({"model": self.model, "prompt": self._ids(prompt_tokens), "max_tokens": max_tokens,
                              "stream": True, **self.extra})
         left = self.left_s()
         if left <= 0:
             raise ProbeFailed("the probe ran out of its time budget (--budget)")
-        out = _Stream()
+        out = _Stream() if out is None else out  # the caller's, to watch the tokens as they come
         parser = SSEParser()
         try:
             out.sent_ns = time.monotonic_ns()
@@ -211,6 +226,50 @@ class Prober:
         cut = len(gaps) // 10
         kept = gaps[cut:len(gaps) - cut]
         return DecodeSample(batch, prompt_tokens, output_tokens, sum(kept) / len(kept) / 1e9)
+
+
+    async def mixed(self, batch: int, context: int, prompt_tokens: int, output_tokens: int) -> MixedSample:
+        # The prompt is sent once every decode stream has MIXED_AFTER tokens; the engine takes it into its
+        # next step with the B decodes (a prompt that fits the step's token budget: one chunk). That step
+        # ends with the prompt's first token and a token of each decode: per stream, the read nearest the
+        # prompt's first token ends the mixed step and the read before it began it (that read may carry several
+        # tokens: the client, busy sending the prompt, read late, by far less than the step). A stream whose
+        # ending read carried several tokens (a server behind its engine), or with no read near the prompt's
+        # first token (ended), is left out.
+        outs = [_Stream() for _ in range(batch)]
+        decodes = [asyncio.ensure_future(self._stream(context, output_tokens, o)) for o in outs]
+        try:
+            while min(len(o.token_ns) for o in outs) < MIXED_AFTER:
+                done = [d for d in decodes if d.done()]
+                if done:
+                    await asyncio.gather(*done)  # a failed stream raises its error here
+                    raise ShortOverlap(f"mixed probe ({batch} streams of {output_tokens} tokens): a stream ended "
+                                       f"before every stream had {MIXED_AFTER} tokens")
+                await asyncio.sleep(0.0005)
+            prompt = await self._stream(prompt_tokens, 1)
+            await asyncio.gather(*decodes)
+        except BaseException:
+            for d in decodes:
+                d.cancel()
+            await asyncio.gather(*decodes, return_exceptions=True)
+            raise
+        assert prompt.first_ns is not None  # _stream raises for a stream without a token
+        t, steps, contexts = prompt.first_ns, [], []
+        for o in outs:
+            reads = [(s, len(list(g))) for s, g in groupby(o.token_ns)]
+            k = min(range(1, len(reads)), key=lambda i: abs(reads[i][0] - t), default=None)
+            if k is None or reads[k][1] > 1:
+                continue  # the read ending the step also carried the next step's token: too late
+            gap = reads[k][0] - reads[k - 1][0]
+            if abs(reads[k][0] - t) * 2 > gap:
+                continue  # no read of this stream lines up with the prompt's token: not in its step
+            steps.append(gap / 1e9)
+            contexts.append(context + sum(n for _, n in reads[:k]))
+        if not steps:
+            raise ShortOverlap(f"mixed probe ({batch} streams of {output_tokens} tokens, {prompt_tokens}-token "
+                               "prompt): no stream's reads marked the prompt's step (they had ended, or carried "
+                               "several tokens at once)")
+        return MixedSample(batch, statistics.fmean(contexts), prompt_tokens, statistics.median(steps))
 
 
 def token_gaps(token_ns: list[int], lo: int, hi: int) -> list[float]:

@@ -97,5 +97,6 @@ def _rounds(path: str, rounds: object, profile: Profile) -> list[Profile]:
                 values[name] = v * 1e-6
         if problems:
             raise ValueError(f"{path}: [[rounds]] #{i}: " + "; ".join(problems))
-        out.append(to_profile(Coefficients(**values), lim, f"{profile.name} round {i}", profile.description))
+        out.append(to_profile(Coefficients(**values), lim, f"{profile.name} round {i}", profile.description,
+                              profile.memory_compute))
     return out

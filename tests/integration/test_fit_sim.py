@@ -115,8 +115,64 @@ def test_fit_recovers_the_simulators_step_model(fitted):
     assert close(got.per_seq, truth.per_seq, 0.15), (got, truth)
     assert close(got.kv_per_token, truth.kv_per_token, 0.35), (got, truth)
     assert close(got.per_pair, truth.per_pair, 0.35), (got, truth)
-    assert report["max_abs_rel"] < 0.15, report["residuals"]
+    assert report["max_abs_rel"] < 0.15, report["residuals"]  # mixed probes included
     assert report["probe_s"] <= 90
+
+
+def test_fit_probes_mixed_steps(fitted):
+    # a prompt of 256 and 1024 tokens run in one step with 1 and 4 decodes at contexts 16 and 1024 (+ the
+    # 8 or so tokens they had decoded): every shape in every round, fitted with the rest
+    _, report, _ = fitted
+    mixed = [r for r in report["residuals"] if r["kind"] == "mixed"]
+    assert sorted((r["batch"], r["prompt_tokens"], r["context"] // 100) for r in mixed) == [
+        (b, n, c) for b in (1, 4) for n in (256, 1024) for c in (0, 10)], mixed
+
+
+# A CPU engine's step (memory_compute = "sum"): the prompt's compute adds to the decodes' reads. Only the
+# mixed probe sees the difference from max(); with reads of 4 us a token, 4 decodes at context ~1030 add ~17 ms
+# to a step of ~50-180 ms, and the fit must keep the sum form.
+CPU_TARGET = """
+name = "cpu-target"
+model_name = "cpu-target"
+max_model_len = 4096
+[model]
+params = 4.5e7
+weight_bytes = 0
+kv_bytes_per_token = 1024
+layers = 1
+hidden = 5000
+[step]
+overhead_us = 1300
+per_seq_us = 700
+weight_bandwidth_gb_s = 1
+kv_bandwidth_gb_s = 0.25
+compute_tflops = 0.6
+prefill_launch_us = 0
+decode_launch_us = 0
+multi_token_us = 3000
+memory_compute = "sum"
+[engine]
+max_num_seqs = 8
+max_num_batched_tokens = 2048
+kv_capacity_tokens = 32768
+"""
+
+
+def test_fit_keeps_a_cpu_engines_summed_step(tmp_path):
+    (tmp_path / "cpu.toml").write_text(CPU_TARGET)
+    with SimProcess(args=["--profile", str(tmp_path / "cpu.toml"), "--emulate", "llamacpp"]) as sim:
+        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "fitted.toml"), "--format", "json",
+                    "--budget", "90s", "--rounds", "3", timeout=200)
+        late = emit_lateness(sim.url)
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = orjson.loads(p.stdout)
+    print(f"simulator lateness: {late}; forms: {report['alternatives_rms_rel']}")
+    _premise(late)
+    assert report["form"] == "sum", report["alternatives_rms_rel"]
+    assert load_profile(str(tmp_path / "fitted.toml")).memory_compute == "sum"
+    assert load_spread(str(tmp_path / "fitted.toml"), load_profile(str(tmp_path / "fitted.toml"))).rounds[0] \
+        .memory_compute == "sum"
+    assert all(abs(r["error_rel"]) < 0.1 for r in report["residuals"] if r["kind"] == "mixed"), report["residuals"]
 
 
 def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from loadgen.twin.fit_model import (EngineLimits, coefficients, fit, predicted_step_s, predicted_ttft_s, to_profile,
-                               to_toml, Coefficients)
+from loadgen.twin.fit_model import (EngineLimits, coefficients, fit, predicted_mixed_s, predicted_step_s,
+                                   predicted_ttft_s, to_profile, to_toml, Coefficients)
 from loadgen.twin.fit import center
-from loadgen.twin.fit_probe import DecodeSample, PrefillSample
+from loadgen.twin.fit_probe import DecodeSample, MixedSample, PrefillSample
 from loadgen.sim.profiles import load_profile
 
 PROMPTS = (128, 256, 512, 1024, 2048, 3000)
@@ -24,6 +24,16 @@ def samples(p, batches=(1, 2, 4, 8), contexts=(16, 1000)):
             s = DecodeSample(b, c, 64, 0.0)
             dec.append(dataclasses.replace(s, step_s=predicted_step_s(p, s)))
     return pre, dec
+
+
+def mixed_samples(p, batches=(1, 4), contexts=(25, 1030), prompts=(256, 1024)):
+    out = []
+    for b in batches:
+        for c in contexts:
+            for n in prompts:
+                m = MixedSample(b, c, n, 0.0)
+                out.append(dataclasses.replace(m, step_s=predicted_mixed_s(p, m)))
+    return out
 
 
 def limits(p):
@@ -64,6 +74,43 @@ def test_compute_form_with_multi_token_step_and_request_overhead():
     assert r.form == "compute"
     assert_same(r.coefficients, coefficients(truth), rel=1e-4)  # hidden is a whole number
     assert r.alternatives["roofline"] > 10 * r.alternatives["compute"]
+
+
+# A CPU engine that pays its reads and its compute one after the other (llama.cpp, vLLM's CPU build): the
+# prefill and decode probes alone cannot tell that from max(); the mixed probe (a prompt run in a step with
+# decodes at a long context) can, and the sum form is recovered exactly and written as memory_compute "sum".
+CPU = Coefficients(overhead=1.3e-3, per_seq=0.7e-3, weights=0.0, kv_per_token=2e-6, per_token=0.15e-3,
+                   per_pair=0.03e-6, multi_token=3e-3, request_overhead=2e-3)
+
+
+def test_sum_form_told_apart_by_the_mixed_probe_and_recovered(tmp_path):
+    lim = EngineLimits("m", 8, 2048, 4096, 45e6, 90e6)
+    truth = to_profile(CPU, lim, "t", "", memory_compute="sum")
+    pre, dec = samples(truth, contexts=(16, 1000))
+    mixed = mixed_samples(truth)
+    r = fit(pre, dec, lim, request_overhead_s=2e-3, mixed=mixed)
+    assert r.form == "sum" and r.profile.memory_compute == "sum"
+    assert_same(r.coefficients, coefficients(truth), rel=1e-4)
+    assert r.alternatives["compute"] > 10 * r.alternatives["sum"], r.alternatives
+    assert [x["kind"] for x in r.residuals].count("mixed") == len(mixed)
+    assert all(abs(x["error_rel"]) < 1e-5 for x in r.residuals)
+    # in a mixed step the sum pays the decodes' reads on top of the prompt's compute; max() hides them
+    m = mixed[-1]
+    hidden = to_profile(CPU, lim, "t", "", memory_compute="max")
+    assert predicted_mixed_s(truth, m) - predicted_mixed_s(hidden, m) == pytest.approx(
+        CPU.kv_per_token * (m.prompt_tokens + m.batch * (m.context + 1)), rel=1e-3)
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml(r.profile, ["fitted by a test"]))
+    assert load_profile(str(path)) == r.profile
+
+
+def test_mixed_samples_of_a_roofline_engine_keep_the_roofline():
+    truth = load_profile("tiny")
+    pre, dec = samples(truth)
+    r = fit(pre, dec, limits(truth), mixed=mixed_samples(truth, contexts=(25, 2048)))
+    assert r.form == "roofline" and r.profile.memory_compute == "max"
+    assert_same(r.coefficients, coefficients(truth))
+    assert r.max_abs_rel < 1e-5
 
 
 def test_negative_coefficients_are_held_at_zero():

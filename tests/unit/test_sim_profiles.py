@@ -48,6 +48,10 @@ def test_profile_file_errors_name_every_problem(tmp_path):
         load_profile(str(f))
     msg = str(e.value)
     assert str(f) in msg and "'params'" in msg and "missing key 'weight_bytes'" in msg and "'compute_tflops'" in msg
+    f.write_text((Path(__file__).resolve().parents[2] / "loadgen/sim/profiles/tiny.toml").read_text()
+                 .replace("[engine]", 'memory_compute = "add"\n[engine]'))
+    with pytest.raises(ValueError, match=r"'memory_compute' must be \"max\" or \"sum\", got 'add'"):
+        load_profile(str(f))
     with pytest.raises(ValueError, match="unknown profile"):
         load_profile("no-such-device")
     with pytest.raises(ValueError, match="no such file"):
@@ -61,3 +65,17 @@ def test_a_user_profile_file_loads(tmp_path):
                  .replace('name = "tiny"', 'name = "mine"'))
     p = load_profile(str(f))
     assert p.name == "mine" and p.decode_ns(4, 100) == src.decode_ns(4, 100)
+
+
+def test_memory_compute_sum_pays_reads_and_compute_one_after_the_other(tmp_path):
+    f = tmp_path / "cpu.toml"
+    f.write_text((Path(__file__).resolve().parents[2] / "loadgen/sim/profiles/tiny.toml").read_text()
+                 .replace("[engine]", 'memory_compute = "sum"\n[engine]'))
+    gpu, cpu = load_profile("tiny"), load_profile(str(f))
+    assert gpu.memory_compute == "max" and cpu.memory_compute == "sum"
+    memory_s = (gpu.weight_bytes / (gpu.weight_bandwidth_gb_s * 1e9)
+                + 300 * gpu.kv_bytes_per_token / (gpu.kv_bandwidth_gb_s * 1e9))
+    compute_s = (2 * gpu.params * 260 + 4 * gpu.layers * gpu.hidden * 9000) / (gpu.compute_tflops * 1e12)
+    base_s = gpu.overhead_us * 1e-6 + gpu.per_seq_us * 1e-6 * 5
+    assert gpu.step_ns(260, 5, 300, 9000, True) == round((base_s + max(memory_s, compute_s)) * 1e9)
+    assert cpu.step_ns(260, 5, 300, 9000, True) == round((base_s + memory_s + compute_s) * 1e9)

@@ -52,11 +52,11 @@ def scaled(p, factor: float):
     return dataclasses.replace(c, **{k: v * factor for k, v in vars(c).items() if k != "request_overhead"})
 
 
-def write_fitted(tmp_path, factors):
+def write_fitted(tmp_path, factors, memory_compute="max"):
     rounds = [{k: v * 1e6 for k, v in vars(scaled(TINY, f)).items()} for f in factors]
     path = tmp_path / "fitted.toml"
-    path.write_text(to_toml(to_profile(coefficients(TINY), LIMITS, "fitted", "test"), ["test"], rounds=rounds,
-                            rms_rel=0.05))
+    path.write_text(to_toml(to_profile(coefficients(TINY), LIMITS, "fitted", "test", memory_compute), ["test"],
+                            rounds=rounds, rms_rel=0.05))
     return path
 
 
@@ -73,6 +73,9 @@ def test_a_fitted_profiles_rounds_read_back(tmp_path):
         assert (r.max_num_seqs, r.max_model_len, r.max_num_batched_tokens) == (4, TINY.max_model_len,
                                                                                TINY.max_num_batched_tokens)
     assert load_spread("tiny", TINY) == Spread([])
+    # a round is fitted in the profile's form: a "sum" profile's rounds are "sum" profiles
+    cpu = write_fitted(tmp_path, (0.9, 1.1), memory_compute="sum")
+    assert {r.memory_compute for r in load_spread(str(cpu), load_profile(str(cpu))).rounds} == {"sum"}
     head, _, rest = path.read_text().partition("[[rounds]]")
     path.write_text(head + "[[rounds]]" + rest.replace("per_seq_us = ", "per_seq_us = -", 1))
     with pytest.raises(ValueError, match=r"fitted.toml: \[\[rounds\]\] #1: 'per_seq_us' must be a number >= 0"):
