@@ -25,7 +25,8 @@ that time's center plus the request overhead (below), so client-side noise stays
            min(4, slots - 1) decoding streams (context 16, MIXED_TOKENS outputs, lengthened like a decode
            shape's): the step that runs both, which a server under load is made of, and which tells the
            forms apart (max: the prompt hides the decodes' reads; sum: it adds to them)
-  request overhead: median(TTFT - server prompt time) when the server reports it, else 0
+  request overhead: median(TTFT - server prompt time) when the server reports it, else fitted (the mixed
+           probe's steps are timed without it, a prefill's TTFT with it), else 0
 
 On this repository's 2-core machine against llama-server (2 slots, 4096 tokens each) one round takes
 ~6-9 s: the default budget fits the default 8 rounds.
@@ -156,12 +157,12 @@ async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int, out
             n = outputs[key] = 2 * n
 
 
-def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float) -> PrefillSample:
+def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float | None) -> PrefillSample:
     # Where the server reports its own prompt time, the shape's TTFT is that (center over rounds) plus
     # the request overhead measured over every probe: a busy client host delays one probe's first token,
     # not the server's clock.
     server = [s.server_prefill_s for s in v if s.server_prefill_s is not None]
-    if not server:
+    if not server or r_s is None:
         return PrefillSample(prompt_tokens, center([s.ttft_s for s in v]), None)
     server_s = center(server)
     return PrefillSample(prompt_tokens, server_s + r_s, server_s)
@@ -176,9 +177,10 @@ def center(v: list[float]) -> float:
     return statistics.fmean(sorted(v)[k:len(v) - k])
 
 
-def request_overhead_s(prefill: list[PrefillSample]) -> float:
+def request_overhead_s(prefill: list[PrefillSample]) -> float | None:
+    """Measured from the server's own prompt times; None where it reports none (the fit then fits it)."""
     gaps = [s.ttft_s - s.server_prefill_s for s in prefill if s.server_prefill_s is not None]
-    return max(0.0, statistics.median(gaps)) if gaps else 0.0
+    return max(0.0, statistics.median(gaps)) if gaps else None
 
 
 def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
@@ -192,7 +194,7 @@ def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
                  for r in each] if len(each) >= 2 else []
     report = {"url": o.url, "form": res.form, "rms_rel": res.rms_rel, "max_abs_rel": res.max_abs_rel,
               "alternatives_rms_rel": res.alternatives, "request_overhead_source":
-              "server timings" if any(s.server_prefill_s is not None for s in c.prefill) else "none (0)",
+              "server timings" if r_s is not None else "fitted (mixed probes)" if c.mixed else "none (0)",
               "limits": {"max_num_seqs": lim.max_num_seqs, "max_model_len": lim.max_model_len,
                          "max_num_batched_tokens": lim.max_num_batched_tokens},
               "coefficients_us": {k: v * 1e6 for k, v in vars(res.coefficients).items()},

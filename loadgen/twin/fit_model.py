@@ -25,7 +25,9 @@ P + B (ctx + 1), pairs P (P + 1) / 2 + B (ctx + 1). A probe's TTFT = request_ove
 steps (a prompt longer than max_num_batched_tokens runs in ceil(P / chunk) steps; the attention pairs
 of all its chunks add up to P (P + 1) / 2).
 request_overhead is measured, not fitted, when the server reports its own prefill time (llama.cpp's
-`timings.prompt_ms`): the median of TTFT - prompt_ms; 0 otherwise. Least squares on relative errors
+`timings.prompt_ms`): the median of TTFT - prompt_ms. Otherwise it is fitted where mixed samples exist
+(their steps are timed between tokens, without it; a prefill's TTFT has it once: the two tell it from a
+step's own overhead), else 0. Least squares on relative errors
 (each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
 rest refitted). The model is linear on each branch of max(memory, compute): each sample's row is built
 on the branch the current fit makes active (first guess: decode reads memory, prefill computes), and
@@ -37,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -140,7 +142,8 @@ def predicted_mixed_s(p: Profile, m: MixedSample) -> float:
 
 FORMS = ("roofline", "compute", "sum")
 MEMORY_COMPUTE = {"roofline": "max", "compute": "max", "sum": "sum"}  # the profile's memory_compute per form
-_NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token")
+_NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token",
+          "request_overhead")
 
 
 def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool,
@@ -148,21 +151,24 @@ def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: fl
     # the step's coefficient vector over _NAMES on the branch of max(memory, compute) that x makes
     # active (x None: decode reads memory, prefill computes); the sum form pays both (no weights column)
     if form == "sum":
-        return np.array([1, seqs, 0, kv, tokens, pairs, 1 if tokens > 1 else 0], dtype=np.float64)
+        return np.array([1, seqs, 0, kv, tokens, pairs, 1 if tokens > 1 else 0, 0], dtype=np.float64)
     if x is None:
         memory = decode
     else:
         memory = x[2] + x[3] * kv >= x[4] * tokens + x[5] * pairs
     return np.array([1, seqs, 1 if memory else 0, kv if memory else 0, 0 if memory else tokens,
-                     0 if memory else pairs, 1 if tokens > 1 else 0], dtype=np.float64)
+                     0 if memory else pairs, 1 if tokens > 1 else 0, 0], dtype=np.float64)
+
+
+_ONCE = np.eye(len(_NAMES))[_NAMES.index("request_overhead")]  # a prefill probe's TTFT pays it once
 
 
 def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], mixed: Sequence[MixedSample], chunk: int,
           r: float, form: str):
     rows, y = [], []
     for s in prefill:
-        rows.append(sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False, form)
-                        for n, c in chunks(s.prompt_tokens, chunk)))
+        rows.append(_ONCE + sum(_step_row(x, n, 1, c + n, n * c + n * (n + 1) / 2, False, form)
+                                for n, c in chunks(s.prompt_tokens, chunk)))
         y.append(s.ttft_s - r)
     for d in decode:
         kv = d.batch * (decode_context(d) + 1)
@@ -201,7 +207,7 @@ class FitResult:
     alternatives: dict[str, float]  # form -> rms_rel
 
 
-def _columns(form: str, decode) -> list[int]:
+def _columns(form: str, decode, fit_request_overhead: bool) -> list[int]:
     # the columns a form may use (the others are 0); per_seq and multi_token need two batch sizes.
     # (In the compute form one-token decode steps give overhead + per_seq + kv, two-token ones add
     # per_seq + multi_token, prefill steps pay overhead + per_seq + multi_token once each.)
@@ -210,31 +216,35 @@ def _columns(form: str, decode) -> list[int]:
         cols |= {"per_seq"} if form == "roofline" else {"per_seq", "multi_token"}
     if form == "roofline":
         cols.add("weights")
+    if fit_request_overhead:
+        cols.add("request_overhead")
     return [_NAMES.index(c) for c in _NAMES if c in cols]
 
 
 def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLimits,
-        request_overhead_s: float = 0.0, name: str = "fitted", description: str = "",
+        request_overhead_s: float | None = 0.0, name: str = "fitted", description: str = "",
         forms: tuple[str, ...] = FORMS, mixed: Sequence[MixedSample] = ()) -> FitResult:
     """The best of `forms` (the smaller rms relative residual over every sample, mixed ones included); one
-    form given, that form."""
+    form given, that form. request_overhead_s None: not measured, fitted where mixed samples exist, else 0."""
     if len(prefill) < 3 or len({s.prompt_tokens for s in prefill}) < 3:
         raise ValueError("the fit needs prefill samples of at least 3 prompt lengths")
     if not decode:
         raise ValueError("the fit needs decode samples")
     results = {}
     for form in forms:
-        cols = _columns(form, decode)
+        cols = _columns(form, decode, request_overhead_s is None and bool(mixed))
         x, seen = None, []
         for _ in range(8):  # refit until every sample sits on the branch of max() the fit makes active
-            a, y = _rows(x, prefill, decode, mixed, lim.max_num_batched_tokens, request_overhead_s, form)
+            a, y = _rows(x, prefill, decode, mixed, lim.max_num_batched_tokens, request_overhead_s or 0.0, form)
             branches = a[:, 2].tolist()
             if branches in seen:
                 break
             seen.append(branches)
             x = _nnls(a, y, cols)
         assert x is not None  # the loop's first pass always fits
-        c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))), request_overhead=request_overhead_s)
+        c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))))
+        if request_overhead_s is not None:
+            c = replace(c, request_overhead=request_overhead_s)
         prof = to_profile(c, lim, name, description, MEMORY_COMPUTE[form])
         res = residuals(prof, prefill, decode, mixed)
         rms = math.sqrt(sum(r["error_rel"] ** 2 for r in res) / len(res))

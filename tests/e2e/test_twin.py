@@ -6,11 +6,11 @@ test_twin_predicts_llama_server checks what must hold whatever the host: the fit
 and prediction and measurement agree on which rates keep up at light load and far past the knee.
 test_intervals_cover_the_measured_figures is the twin's accuracy: at least the binomial bound of the cells
 inside their intervals (twin_validation.min_inside). No run is judged inadmissible and none is tried again.
-Against llama-server it is a KNOWN GAP (xfail, not strict; docs/twin.md): the intervals carry the speed
-phases the fit's rounds saw, but not the model's own error under load, where a prefill shares steps with
-decodes (the fit probes neither together): on a quiet host the runs came out 5-35 % slower than the point
-with intervals 12-40 % wide (15 and 4 of 26 cells inside), on a busy one 17, 18 and 20 of 26. The same
-test against vLLM (test_vllm_twin.py) is strict.
+Against llama-server it is a KNOWN GAP (xfail, not strict; docs/twin.md, "With the mixed probe"): the fit
+describes every probe within a few %, steps that mix a prompt with decodes included, and requests that had the
+server alone decoded at the probes' speed; yet under load TPOT runs 16-37 % above the point and the
+intervals (from the fit's rounds, which agree closely on a quiet host) miss it: 8 of 26 cells inside on a
+quiet host, 17-20 of 26 on a busy one (wider rounds). The vLLM test (test_vllm_twin.py) is the same kind.
 """
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ def validation(llama, tmp_path_factory):
 
 def test_twin_predicts_llama_server(validation):
     v = validation
-    assert v["fit"]["form"] == "compute"   # llama.cpp on a CPU: a one-token step is several times cheaper
+    # llama.cpp on a CPU: a one-token step is several times cheaper (multi_token); its mixed steps are described
+    # within a few % by both CPU forms (max or sum of reads and compute: the reads are small beside a prompt)
+    assert v["fit"]["form"] in ("compute", "sum"), v["fit"]
     assert v["fit"]["rms_rel"] < 0.2, v["fit"]
     assert v["interval_rounds"] >= 2
     for r in v["runs"]:
@@ -46,9 +48,9 @@ def test_twin_predicts_llama_server(validation):
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"]), r
 
 
-@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md): llama.cpp's steps that mix a prefill with "
-                                        "decodes run 5-35 % slower than the fitted model says, and the fit does not "
-                                        "probe them, so the intervals do not carry that error")
+@pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md, With the mixed probe): every probe described "
+                                        "within a few %, but under load TPOT runs 16-37 % above the point, and the "
+                                        "intervals from the fit's rounds do not carry what load adds")
 def test_intervals_cover_the_measured_figures(validation):
     v = validation
     assert v["inside"] >= v["min_inside"], table(v)

@@ -104,6 +104,22 @@ def test_sum_form_told_apart_by_the_mixed_probe_and_recovered(tmp_path):
     assert load_profile(str(path)) == r.profile
 
 
+def test_request_overhead_fitted_from_the_mixed_probe_where_the_server_reports_no_prompt_time():
+    # vLLM reports no prompt time: a prefill probe's TTFT is the request overhead plus its steps, a mixed step
+    # is timed between tokens without it; together they tell the overhead from a step's own
+    lim = EngineLimits("m", 8, 2048, 4096, 45e6, 90e6)
+    truth = to_profile(dataclasses.replace(CPU, request_overhead=4e-3), lim, "t", "", memory_compute="sum")
+    pre, dec = samples(truth, contexts=(16, 1000))
+    r = fit(pre, dec, lim, request_overhead_s=None, mixed=mixed_samples(truth))
+    assert r.form == "sum" and r.coefficients.request_overhead == pytest.approx(4e-3, rel=1e-4)
+    assert_same(r.coefficients, coefficients(truth), rel=1e-4)
+    # without mixed samples it cannot be told from the step's overhead: 0, as before
+    assert fit(pre, dec, lim, request_overhead_s=None).coefficients.request_overhead == 0
+    # measured (llama.cpp's timings): taken as given, not fitted
+    assert fit(pre, dec, lim, request_overhead_s=3e-3, mixed=mixed_samples(truth)).coefficients.request_overhead \
+        == 3e-3
+
+
 def test_mixed_samples_of_a_roofline_engine_keep_the_roofline():
     truth = load_profile("tiny")
     pre, dec = samples(truth)
