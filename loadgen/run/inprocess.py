@@ -46,7 +46,7 @@ from loadgen.client.closedloop import ClosedLoopRunner
 from loadgen.client.rawhttp import RawHttpTransport
 from loadgen.client.recorder import Recorder, Row
 from loadgen.client.runner import Runner
-from loadgen.client.transport import AiohttpTransport
+from loadgen.client.transport import AiohttpTransport, grow_fd_table
 from loadgen.config.credentials import remember_sent, split_url
 from loadgen.config.options import POOLING_APIS
 from loadgen.config.workload import RunConfig, redact_url
@@ -166,6 +166,9 @@ async def measure(job: Job) -> Measured:
     hists = LiveHistograms(writer.hlog_dir, t0, (wall_now + START_LEAD_NS) / 1e9,
                            worker=part.worker if part else None)
     lateness_ns = array("q")  # one sample per LOOP_PROBE_NS: 8 bytes each, not a Python int
+    # The kernel grows the descriptor table as connections open, and each growth past 256, 512, ... stalls
+    # the whole client for a grace period (transport.grow_fd_table): grown now, before t0, not during the run.
+    grow_fd_table()
     # Everything built so far (rows, bodies, modules) lives for the whole run: move it out of the
     # collector's sight, so a full collection during the run scans only what the run allocates
     # (otherwise each one blocks the loop for milliseconds).

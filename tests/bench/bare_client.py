@@ -5,8 +5,10 @@
 Raw uvloop asyncio.Protocol over kept-alive HTTP/1.1 connections (a free one is reused, else a new one
 is opened: no pool limit), the same Poisson schedule as loadgen (numpy seed), the same timerfd dispatch.
 Per read: one clock read and two appends; the only other per-read work is an `endswith` to find the end
-of the chunked body. Everything else (counting chunks) happens after the run. Writes per request: id,
-intended/sent ns, read stamps and per-read token-chunk counts, plus the process CPU over the run.
+of the chunked body. Everything else (counting chunks) happens after the run. Before t0 it grows the
+descriptor table as loadgen does (client/transport.grow_fd_table): a stall every client can avoid.
+Writes per request: id, intended/sent ns, read stamps and per-read token-chunk counts, plus the process
+CPU over the run.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import orjson
 import uvloop
 
 from loadgen.client.clock import TimerfdClock
+from loadgen.client.transport import grow_fd_table
 
 END = b"0\r\n\r\n"
 
@@ -57,6 +60,7 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     body = orjson.dumps({"model": "m", "prompt": "tok " * 16, "max_tokens": tokens, "stream": True,
                          "stream_options": {"include_usage": True}})
     pool: list[Conn] = []
+    grow_fd_table()  # as loadgen does before t0: the kernel's table growth past 256, 512, ... fds stalls a client
     for _ in range(4):  # warm: a few connections before t0
         _, c = await loop.create_connection(lambda: Conn(pool), host, port)
         pool.append(c)
