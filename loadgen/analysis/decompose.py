@@ -28,7 +28,8 @@ ones (e2e, send_lag, slot_wait, connect, ttft, decode) are loadgen/metrics.py's 
     calibrated      an estimate from client-side sources: the engine's steps seen in every stream's
                     stamps (steps.py: a cluster of stamps ends a step), every request's send time and
                     prompt tokens, and prefill_idle(L) = a + b*L + c*L^2 fitted on the idle server before
-                    the run (L = prompt tokens, loadgen/probe/calibrate.py). The prefill started when the
+                    the run (L = prompt tokens, loadgen/probe/calibrate.py; or from a fitted profile,
+                    twin/fit_model.idle_calibration, `report --fitted-profile`). The prefill started when the
                     engine admitted the request, found by a replay of a FCFS continuous-batching
                     scheduler over those steps (replay.py: a token budget per step and a seat limit,
                     both fitted to the run as the pair that puts the most first tokens in the step the

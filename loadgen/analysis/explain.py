@@ -35,6 +35,7 @@ class ExplainOptions:
     bandwidth: str | None = None
     model_config: str | None = None
     window_ns: int = 5_000_000_000
+    calibration: dict | None = None   # in calibration.json's shape, instead of the run's (report --fitted-profile)
 
 
 def _single_stream(calibration: dict | None, d: pl.DataFrame, prompt_mean: float) -> tuple[float | None, str]:
@@ -69,7 +70,7 @@ def _pace(run: Run) -> dict:
 
 
 def explain(run: Run, opts: ExplainOptions = ExplainOptions()) -> tuple[Explanation, pl.DataFrame]:
-    calibration = run.calibration()
+    calibration = opts.calibration or run.calibration()
     metrics = run.server_metrics()
     fit: dict = {}
     d = dec.decompose(run, calibration, replay_fit=fit)

@@ -19,6 +19,9 @@ def add_parser(sub) -> None:
     rep.add_argument("--model-config", help="the model's config.json (Hugging Face layout) for the roofline")
     rep.add_argument("--window", default="5s", help="time window of the decomposition over the run (default 5s)")
     rep.add_argument("--slo", help=SLO_HELP)
+    rep.add_argument("--fitted-profile", metavar="FILE.toml",
+                     help="split TTFT into queue and prefill with a profile from `loadgen fit` instead of the run's "
+                          "idle-server probes (docs/twin.md)")
     rep.add_argument("--prediction", metavar="FILE.json",
                      help="a sweep's HTML page: draw `loadgen predict --format json`'s curves and intervals over it")
 
@@ -53,14 +56,15 @@ def command(args: argparse.Namespace) -> int:
             window_ns = DURATION.parse(args.window)   # a duration > 0
         except ValueError as e:
             raise ValueError(f"--window: {e}") from None
-        opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns)
+        opts = ExplainOptions(args.device, args.bandwidth, args.model_config, window_ns,
+                              _fitted_calibration(args.fitted_profile, args.run_dir) if args.fitted_profile else None)
         if repeats.is_repeats(args.run_dir):  # --repeat N's folder: the across-run table
             return _repeats_report(args, repeats.rebuild(args.run_dir, opts, slo_ms))
         run, summary, decomposition = build(args.run_dir, opts, slo_ms, write=False)  # summary, explanation
     except ValueError as e:  # RooflineError is one
         print(f"error: {e}", file=sys.stderr)
         return ExitCode.USAGE
-    _save(run, summary, decomposition)
+    _save(run, summary, decomposition)  # with --fitted-profile too: its summary's `calibration` names the profile
     text = to_json(summary) if args.format == "json" else to_text(summary)
     if args.format in ("html", "md"):
         from loadgen.report.pages import render_run_page
@@ -92,6 +96,29 @@ def _repeats_report(args: argparse.Namespace, rec: dict) -> int:
     else:
         sys.stdout.write(text)
     return ExitCode.OK
+
+
+def _fitted_calibration(path: str, run_dir: str) -> dict:
+    """The profile's idle prefill and decode times at the run's planned prompt lengths (calibration.json's
+    shape: twin/fit_model.idle_calibration); ValueError naming --fitted-profile."""
+    from pathlib import Path
+
+    import polars as pl
+
+    from loadgen.sim.profiles import load_profile
+    from loadgen.twin.fit_model import idle_calibration
+
+    if not path.endswith(".toml"):
+        raise ValueError(f"--fitted-profile {path}: a profile file written by `loadgen fit` (.toml)")
+    try:
+        profile = load_profile(path)
+    except ValueError as e:
+        raise ValueError(f"--fitted-profile: {e}") from None
+    folders = [Path(run_dir)] + sorted(Path(run_dir).glob("repeat-*"))   # a repeats folder: its runs' lengths
+    lengths = [n for f in folders if (f / "requests.parquet").is_file()
+               for n in pl.read_parquet(f / "requests.parquet", columns=["planned_prompt_tokens"])
+               ["planned_prompt_tokens"].drop_nulls().unique().to_list()]
+    return idle_calibration(profile, lengths, f"profile {path}")
 
 
 def _save(run, summary, decomposition) -> None:

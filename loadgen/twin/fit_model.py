@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from loadgen.probe.calibrate import DECODE_KEY, fit as fit_calibration
 from loadgen.twin.fit_probe import DecodeSample, MixedSample, PrefillSample
 from loadgen.sim.profiles import Profile
 
@@ -299,3 +300,19 @@ def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel:
     for r in rounds:
         lines += ["", "[[rounds]]"] + [f"{k}_us = {num(v)}" for k, v in r.items()]
     return "\n".join(lines) + "\n"
+
+
+def idle_calibration(p: Profile, prompt_tokens: Sequence[int], source: str) -> dict:
+    """What the run's idle-server probes would have measured, from a profile: calibration.json's shape
+    (probe/calibrate.py), so that the calibrated decomposition (analysis/decompose.py) uses the fitted model.
+    Each distinct prompt length given is one exact "probe": prefill_ms = the profile's TTFT (request overhead
+    included, as a probe's first token - connected is), decode ms per token = its one-sequence decode step at
+    that context; fitted as the probes are (a quadratic and a line over the lengths)."""
+    lengths = sorted({int(n) for n in prompt_tokens if n and n > 0}) or [1]
+    probes: list[dict | None] = [{"prompt_tokens": n, "prefill_ms": predicted_ttft_s(p, n) * 1e3,
+                                  DECODE_KEY: p.decode_ns(1, n) / 1e6, "server_prefill_ms": None,
+                                  "server_queue_ms": None}
+                                 for n in lengths]
+    out = fit_calibration(probes)
+    del out["probes"]
+    return {**out, "method": "fitted-profile", "source": source, "prompt_lengths": len(lengths)}

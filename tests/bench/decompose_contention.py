@@ -2,6 +2,7 @@
 
     python -m tests.bench.decompose_contention [--runs 5] [--keep DIR] [--only chat-mixed]
     python -m tests.bench.decompose_contention --reanalyze DIR   (re-decompose kept runs, no new run)
+    python -m tests.bench.decompose_contention --fit [--runs 5]  (also with the twin's model, below)
 
 Not part of `make bench` (~10 min). Each run: `loadgen run WORKLOAD --sim-args "--profile h100-sxm
 --speed 0.2"` (no --per-request-metrics, so the method is `calibrated`), relaxed self-check flags
@@ -15,6 +16,9 @@ Per run it prints, errors as % of the mean client TTFT:
     q_ok      share of requests with |queue - true queue| <= max(5 ms, 20 % of TTFT)
     unc       the method's own uncertainty (decomposition_ms.queue_uncertainty_ms, if present) as % of TTFT
 Done when (issue): |queue%|, |prefill%| <= 5 and q_ok >= 0.90 in every run.
+--fit (issue 27 part 5): `loadgen fit` the same simulator first (its seats and step budget told, as for a
+vLLM), and decompose every run twice: with the run's idle-server probes (calibration.json) and with the
+fitted profile (`loadgen report --fitted-profile`'s calibration: twin/fit_model.idle_calibration).
 """
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ import polars as pl
 
 from loadgen.analysis.decompose import aggregate, decompose
 from loadgen.results.folder import read_run
+from loadgen.sim.process import SimProcess
+from loadgen.sim.profiles import Profile, load_profile
+from loadgen.twin.fit_model import idle_calibration
 
 SIM = "--profile h100-sxm --speed 0.2"
 RELAXED_SELFCHECK = ("--max-send-lag-p99", "10s", "--max-lag-share", "1", "--max-rate-deviation", "10",
@@ -44,9 +51,23 @@ def run_once(workload: str, requests: int, out: Path) -> None:
         raise RuntimeError(f"loadgen run {workload}: exit {p.returncode}\n{p.stderr[-2000:]}")
 
 
-def truth_join(run_dir: Path) -> tuple[pl.DataFrame, dict]:
+def fit_simulator(out: Path) -> Profile:
+    """`loadgen fit` of the simulator the runs use (h100-sxm: 256 seats, 8,192-token steps, told as a vLLM's)."""
+    with SimProcess(args=SIM.split()) as sim:
+        p = subprocess.run([sys.executable, "-m", "loadgen", "fit", "--url", sim.url, "--out", str(out),
+                            "--max-num-seqs", "256", "--max-batched-tokens", "8192", "--budget", "90s"],
+                           capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"loadgen fit: exit {p.returncode}\n{p.stderr[-2000:]}")
+    print(p.stdout.splitlines()[1], flush=True)  # the form and its residuals
+    return load_profile(str(out))
+
+
+def truth_join(run_dir: Path, profile: Profile | None = None) -> tuple[pl.DataFrame, dict]:
     run = read_run(str(run_dir))
-    d = decompose(run, run.calibration())
+    calibration = (idle_calibration(profile, run.requests["planned_prompt_tokens"].drop_nulls().to_list(), "fit")
+                   if profile is not None else run.calibration())
+    d = decompose(run, calibration)
     t = pl.read_parquet(run_dir / "sim_truth.parquet").select(
         "request_id", "prompt_tokens", (pl.col("queue_ns") / 1e6).alias("true_queue_ms"),
         (pl.col("prefill_ns") / 1e6).alias("true_prefill_ms"))
@@ -65,8 +86,9 @@ def figures(j: pl.DataFrame, agg: dict) -> dict:
             "unc_pct": None if unc is None else 100 * unc / ttft}
 
 
-def show(name: str, run_dir: Path) -> dict:
-    f = figures(*truth_join(run_dir))
+def show(name: str, run_dir: Path, profile: Profile | None = None) -> dict:
+    f = figures(*truth_join(run_dir, profile))
+    name = f"{name} (fitted)" if profile is not None else name
     unc = "   -  " if f["unc_pct"] is None else f"{f['unc_pct']:6.1f}"
     ok = abs(f["queue_pct"]) <= 5 and abs(f["prefill_pct"]) <= 5 and f["q_ok"] >= 0.9
     print(f"{name:30s} {run_dir.name:8s} {f['n']:4d} {f['ttft_ms']:8.1f} {f['true_queue_ms']:8.1f} "
@@ -85,14 +107,19 @@ def main() -> None:
     ap.add_argument("--keep", help="keep the run folders here (DIR/WORKLOAD/run-N)")
     ap.add_argument("--only", choices=list(CASES))
     ap.add_argument("--reanalyze", help="decompose the runs kept in DIR again instead of running")
+    ap.add_argument("--fit", action="store_true", help="also decompose with a profile `loadgen fit` fitted first")
     args = ap.parse_args()
+    root = Path(args.keep or args.reanalyze or tempfile.mkdtemp(prefix="contention-"))
+    root.mkdir(parents=True, exist_ok=True)
+    profile = fit_simulator(root / "fitted.toml") if args.fit else None
     print(HEADER)
     if args.reanalyze:
         for run_dir in sorted(Path(args.reanalyze).glob("*/run-*")):
             if (run_dir / "sim_truth.parquet").exists():
                 show(run_dir.parent.name, run_dir)
+                if profile is not None:
+                    show(run_dir.parent.name, run_dir, profile)
         return
-    root = Path(args.keep or tempfile.mkdtemp(prefix="contention-"))
     for name, (workload, requests) in CASES.items():
         if args.only and name != args.only:
             continue
@@ -100,6 +127,8 @@ def main() -> None:
             out = root / name / f"run-{i}"
             run_once(workload, requests, out)
             show(name, out)
+            if profile is not None:
+                show(name, out, profile)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from loadgen.results.folder import read_run
+from loadgen.sim.process import SimProcess
 from tests.integration.conftest import loadgen, skip_if_host_stalled
 from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
 
@@ -178,3 +179,35 @@ def test_calibrated_estimates_under_contention(tmp_path, workload_file, requests
     dm = s["decomposition_ms"]
     assert dm["replay"]["matched_share"] > 0.5 and dm["queue_uncertainty_ms"] is not None
     assert j["queue_uncertainty_ms"].null_count() == 0
+
+
+def test_calibrated_estimates_from_a_fitted_profile(tmp_path):
+    # issue 27 part 5: the calibrated decomposition with the twin's model. `loadgen fit` the simulator (as it
+    # would a vLLM: no server timings), run it without idle-server probes (--no-calibrate: no calibration,
+    # no queue/prefill split), then `loadgen report --fitted-profile`: the split comes from the fitted model
+    sim_args = f"{SIM} --max-num-seqs 4"
+    with SimProcess(args=sim_args.split()) as sim:
+        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "fitted.toml"), "--max-num-seqs", "4",
+                    "--budget", "60s", "--rounds", "3", timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+    w = workload(tmp_path, rate="7/s", requests=60, prompt=MIXED, output=32)
+    s, run_dir = run_and_report(tmp_path, w, sim_args, "--no-calibrate")
+    assert s["decomposition_ms"]["method"] == "none"   # nothing to split TTFT with
+    rep = loadgen("report", run_dir, "--format", "json", "--fitted-profile", str(tmp_path / "fitted.toml"))
+    assert rep.returncode == 0, rep.stderr
+    s = orjson.loads(rep.stdout)
+    assert s["calibration"]["method"] == "fitted-profile" and "fitted.toml" in s["calibration"]["source"]
+    j = joined(run_dir)
+    assert set(j["method"]) == {"calibrated"}
+    skip_if_host_stalled(run_dir)
+    ttft = j["ttft_ms"].mean()
+    for comp in ("queue", "prefill"):
+        err = abs(j[f"{comp}_ms"].mean() - j[f"true_{comp}_ms"].mean()) / ttft
+        print(f"{comp}: mean {j[f'{comp}_ms'].mean():.1f} ms, truth {j[f'true_{comp}_ms'].mean():.1f} ms, "
+              f"error {err:.1%} of TTFT")
+        assert err <= 0.10, (comp, err)
+    # a file that is not a profile: exit 2 naming the flag, no traceback
+    (tmp_path / "bad.toml").write_text("name = 1\n")
+    for bad in (str(tmp_path / "bad.toml"), str(tmp_path / "missing.toml"), str(tmp_path / "x.json")):
+        rep = loadgen("report", run_dir, "--fitted-profile", bad)
+        assert rep.returncode == 2 and "--fitted-profile" in rep.stderr and "Traceback" not in rep.stderr, rep.stderr
