@@ -22,9 +22,11 @@ that time's center plus the request overhead (below), so client-side noise stays
            as the simulator's default profile's ~1.5 ms, against the time a busy client takes to start
            B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length
   mixed    a prompt of MIXED_PROMPTS tokens (those that fit one step with the decodes) sent into B = 1 and
-           min(4, slots - 1) decoding streams (context 16, MIXED_TOKENS outputs, lengthened like a decode
-           shape's): the step that runs both, which a server under load is made of, and which tells the
-           forms apart (max: the prompt hides the decodes' reads; sum: it adds to them)
+           min(4, slots - 1) decoding streams (the decode contexts, MIXED_TOKENS outputs, lengthened like a
+           decode shape's): the step that runs both, which a server under load is made of, and which tells
+           the forms apart (max: the prompt hides the decodes' reads; sum: it adds to them). A shape no
+           stream could time even at the longest outputs is left out of that round (fit_probe.mixed says
+           why), not the fit: the other probes do not need it
   request overhead: median(TTFT - server prompt time) when the server reports it, else fitted (the mixed
            probe's steps are timed without it, a prefill's TTFT with it), else 0
 
@@ -96,7 +98,7 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                 pass
         pre: dict[int, list[PrefillSample]] = {}
         dec: dict[tuple[int, int], list[DecodeSample]] = {}
-        mix: dict[tuple[int, int, int], list[MixedSample]] = {}
+        mix: dict[tuple[int, int, int], dict[int, MixedSample]] = {}   # shape -> round -> sample
         outputs: dict[tuple, int] = {}  # a shape's output tokens, once lengthened
         rounds = 0
         try:
@@ -107,7 +109,8 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                     for c in contexts:
                         dec.setdefault((b, c), []).append(await _decode(p, b, c, ctx, outputs))
                 for b, c, n in mixes:
-                    mix.setdefault((b, c, n), []).append(await _mixed(p, b, c, n, ctx, outputs))
+                    if (m := await _mixed(p, b, c, n, ctx, outputs)) is not None:
+                        mix.setdefault((b, c, n), {})[rounds] = m
                 rounds += 1
         except ProbeFailed as e:
             if p.left_s() > 0:
@@ -119,10 +122,11 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
     decode = [DecodeSample(b, c, v[0].output_tokens, center([s.step_s for s in v])) for (b, c), v in dec.items()]
-    mixed = [MixedSample(b, statistics.fmean(s.context for s in v), n, center([s.step_s for s in v]))
-             for (b, _, n), v in mix.items()]
+    done = [{k: m for k, m in v.items() if k < rounds} for v in mix.values()]  # complete rounds' samples
+    mixed = [MixedSample(b, statistics.fmean(s.context for s in v.values()), n, center([s.step_s for s in v.values()]))
+             for (b, _, n), v in zip(mix, done) if v]
     each = [Round([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values()],
-                  [v[k] for v in mix.values()]) for k in range(rounds)]
+                  [v[k] for v in done if k in v]) for k in range(rounds)]
     return lim, Round(prefill, decode, mixed), each, {"rounds": rounds, "probe_s": round(used_s, 1),
                                                        "budget_s": o.budget_s}
 
@@ -144,8 +148,10 @@ async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[t
             n = outputs[(batch, context)] = 2 * n
 
 
-async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int, outputs: dict[tuple, int]) -> MixedSample:
-    """One mixed probe of the shape, its decodes lengthened as _decode's are when they end too soon."""
+async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int,
+                 outputs: dict[tuple, int]) -> MixedSample | None:
+    """One mixed probe of the shape, its decodes lengthened as _decode's are when they end too soon; None when
+    no stream could time the step even at the longest outputs (a server whose reads carry several tokens)."""
     key = ("mixed", batch, context, prompt)
     n = outputs.get(key, MIXED_TOKENS)
     while True:
@@ -153,7 +159,7 @@ async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int, out
             return await p.mixed(batch, context, prompt, n)
         except ShortOverlap:
             if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
-                raise
+                return None
             n = outputs[key] = 2 * n
 
 

@@ -209,3 +209,27 @@ def test_token_gaps_share_a_coalesced_reads_time_among_its_tokens():
     assert token_gaps([0, 10, 20, 40, 60], 10, 40) == [10, 20]
     # every token in one read: no gap at all (the probe then says the streams hardly overlapped)
     assert token_gaps([5, 5, 5], 0, 10) == []
+
+
+def test_a_mixed_shape_no_stream_can_time_is_left_out_not_the_fit():
+    import asyncio
+
+    from loadgen.twin import fit as fitmod
+    from loadgen.twin.fit_probe import ShortOverlap
+
+    class Server:  # the prompt's step is timed only when the decodes carry at least `needs` tokens
+        def __init__(self, needs):
+            self.needs, self.asked = needs, []
+
+        async def mixed(self, batch, context, prompt, n):
+            self.asked.append(n)
+            if n < self.needs:
+                raise ShortOverlap(f"{n} tokens")
+            return MixedSample(batch, context + 9, prompt, 0.02)
+
+    outputs: dict = {}
+    s = Server(200)
+    got = asyncio.run(fitmod._mixed(s, 4, 16, 256, 4096, outputs))
+    assert s.asked == [64, 128, 256] and got.step_s == 0.02 and outputs == {("mixed", 4, 16, 256): 256}
+    s = Server(10**6)   # never: None after the longest outputs (DECODE_MAX_TOKENS), and the caller goes on
+    assert asyncio.run(fitmod._mixed(s, 4, 16, 256, 4096, {})) is None and s.asked == [64, 128, 256, 512]
