@@ -406,5 +406,11 @@ def test_abandoned_requests_and_whether_vllm_freed_their_slots(vllm, tmp_path):
     FIGURES["vllm abandon: cut / planned"] = [cut.height, planned.height]
     FIGURES["vllm abandon: tokens generated / received / asked"] = [int(generated), received, asked]
     FIGURES["vllm abandon: server excess mean, max"] = [round(slots["excess_mean"], 2), slots["excess_max"]]
-    assert slots["scrapes"] >= 5 and slots["freed"] is truly_freed, (slots, generated, received, asked)
     assert s["errors"]["error_rate"] == 0 and s["requests"]["abandoned"] == cut.filter(~pl.col("warmup")).height
+    if slots["scrapes"] < 5:
+        # the verdict's premise: the gauges sampled at least 5 times (every 100 ms) between the first cut and the
+        # run's end. A busy host slows the scrapes and the window both (3 once, in a fresh clone's `make test`
+        # with other tests beside it): the verdict is then not judged on so few samples
+        pytest.skip(f"the host let /metrics be sampled only {slots['scrapes']} times after the first cut "
+                    f"(at least 5 judged): {slots}")
+    assert slots["freed"] is truly_freed, (slots, generated, received, asked)
