@@ -105,6 +105,7 @@ def _fitted_calibration(path: str, run_dir: str) -> dict:
 
     import polars as pl
 
+    from loadgen.analysis import repeats
     from loadgen.sim.profiles import load_profile
     from loadgen.twin.fit_model import idle_calibration
 
@@ -114,7 +115,8 @@ def _fitted_calibration(path: str, run_dir: str) -> dict:
         profile = load_profile(path)
     except ValueError as e:
         raise ValueError(f"--fitted-profile: {e}") from None
-    folders = [Path(run_dir)] + sorted(Path(run_dir).glob("repeat-*"))   # a repeats folder: its runs' lengths
+    folders = ([Path(run_dir) / r["dir"] for r in repeats.read(run_dir)["runs"]] if repeats.is_repeats(run_dir)
+               else [Path(run_dir)])   # a repeats folder: its runs' lengths
     lengths = [n for f in folders if (f / "requests.parquet").is_file()
                for n in pl.read_parquet(f / "requests.parquet", columns=["planned_prompt_tokens"])
                ["planned_prompt_tokens"].drop_nulls().unique().to_list()]

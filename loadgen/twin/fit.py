@@ -135,32 +135,35 @@ _UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; v
                 "--max-model-len": "context per slot (llama.cpp's /props n_ctx, or max_model_len in /v1/models)"}
 
 
-async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple, int]) -> DecodeSample:
-    """One decode probe of the shape; streams that overlapped too briefly are asked again with twice the
-    outputs (kept for the shape's later rounds), while they fit in the slot and DECODE_MAX_TOKENS."""
-    n = outputs.get((batch, context), DECODE_TOKENS)
+async def _lengthened(probe, key: tuple, first: int, longest: int, outputs: dict[tuple, int]):
+    """probe(n) with n output tokens: `first`, or the length this shape kept in an earlier round (outputs[key]);
+    on ShortOverlap (streams that overlapped too briefly) asked again with twice the outputs, kept for the
+    shape's later rounds, while n <= longest; then ShortOverlap is raised."""
+    n = outputs.get(key, first)
     while True:
         try:
-            return await p.decode(batch, context, n)
+            return await probe(n)
         except ShortOverlap:
-            if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
+            if 2 * n > longest:
                 raise
-            n = outputs[(batch, context)] = 2 * n
+            n = outputs[key] = 2 * n
+
+
+async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple, int]) -> DecodeSample:
+    """One decode probe of the shape, lengthened while the outputs fit in the slot and DECODE_MAX_TOKENS."""
+    return await _lengthened(lambda n: p.decode(batch, context, n), (batch, context), DECODE_TOKENS,
+                             min(DECODE_MAX_TOKENS, ctx - context - 2), outputs)
 
 
 async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int,
                  outputs: dict[tuple, int]) -> MixedSample | None:
-    """One mixed probe of the shape, its decodes lengthened as _decode's are when they end too soon; None when
-    no stream could time the step even at the longest outputs (a server whose reads carry several tokens)."""
-    key = ("mixed", batch, context, prompt)
-    n = outputs.get(key, MIXED_TOKENS)
-    while True:
-        try:
-            return await p.mixed(batch, context, prompt, n)
-        except ShortOverlap:
-            if 2 * n > min(DECODE_MAX_TOKENS, ctx - context - 2):
-                return None
-            n = outputs[key] = 2 * n
+    """One mixed probe of the shape, its decodes lengthened as _decode's are; None when no stream could time
+    the step even at the longest outputs (a server whose reads carry several tokens)."""
+    try:
+        return await _lengthened(lambda n: p.mixed(batch, context, prompt, n), ("mixed", batch, context, prompt),
+                                 MIXED_TOKENS, min(DECODE_MAX_TOKENS, ctx - context - 2), outputs)
+    except ShortOverlap:
+        return None
 
 
 def _prefill_sample(prompt_tokens: int, v: list[PrefillSample], r_s: float | None) -> PrefillSample:

@@ -142,7 +142,7 @@ def predicted_mixed_s(p: Profile, m: MixedSample) -> float:
 # --- fitting
 
 FORMS = ("roofline", "compute", "sum")
-MEMORY_COMPUTE = {"roofline": "max", "compute": "max", "sum": "sum"}  # the profile's memory_compute per form
+FORM_MEMORY_COMPUTE = {"roofline": "max", "compute": "max", "sum": "sum"}  # the profile's memory_compute per form
 _NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token",
           "request_overhead")
 
@@ -246,7 +246,7 @@ def fit(prefill: list[PrefillSample], decode: list[DecodeSample], lim: EngineLim
         c = Coefficients(**dict(zip(_NAMES, (float(v) for v in x))))
         if request_overhead_s is not None:
             c = replace(c, request_overhead=request_overhead_s)
-        prof = to_profile(c, lim, name, description, MEMORY_COMPUTE[form])
+        prof = to_profile(c, lim, name, description, FORM_MEMORY_COMPUTE[form])
         res = residuals(prof, prefill, decode, mixed)
         rms = math.sqrt(sum(r["error_rel"] ** 2 for r in res) / len(res))
         results[form] = (prof, res, rms)

@@ -256,7 +256,7 @@ class Prober:
         assert prompt.first_ns is not None  # _stream raises for a stream without a token
         t, steps, contexts = prompt.first_ns, [], []
         for o in outs:
-            reads = [(s, len(list(g))) for s, g in groupby(o.token_ns)]
+            reads = _reads(o.token_ns)
             k = min(range(1, len(reads)), key=lambda i: abs(reads[i][0] - t), default=None)
             if k is None or reads[k][1] > 1:
                 continue  # the read ending the step also carried the next step's token: too late
@@ -277,5 +277,10 @@ def token_gaps(token_ns: list[int], lo: int, hi: int) -> list[float]:
     one read share its stamp: each is given the time since the read before / how many it carried. (vLLM's
     API server, when behind its engine, writes several tokens' events at once: counted as gaps of 0 and one
     long one, they pulled a trimmed mean down, and a round's probe could read 0 ns a step.)"""
-    reads = [(t, len(list(g))) for t, g in groupby(t for t in token_ns if lo <= t <= hi)]
+    reads = _reads([t for t in token_ns if lo <= t <= hi])
     return [(b - a) / n for (a, _), (b, n) in zip(reads, reads[1:]) for _ in range(n)]
+
+
+def _reads(token_ns: list[int]) -> list[tuple[int, int]]:
+    """(stamp, tokens) per read: tokens that came in one read share its stamp."""
+    return [(t, len(list(g))) for t, g in groupby(token_ns)]
