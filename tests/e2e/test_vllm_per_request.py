@@ -24,7 +24,7 @@ from tests.integration.conftest import loadgen
 SEATS = 2
 MANY = 16
 ATTEMPTS = 3            # runs of one side of the compare when the host held the client back (see there)
-MAX_SEND_LAG_MS = 100   # the client kept its schedule: send lag p99 under this (Poisson 8/s: mean gap 125 ms)
+MAX_SEND_LAG_MS = 50    # the client kept its schedule: send lag p99 under this (Poisson 14/s: mean gap 71 ms)
 
 
 class Seats:
@@ -102,12 +102,15 @@ def test_per_request_timings_and_real_queueing(seats, tmp_path):
 
 def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
     # The same run (seed, lengths, arrival times: the same texts, each server's cache cold) on 2 then 16 seats:
-    # Poisson 8/s, 128-token prompts, 32 out. Two seats serve ~5-7/s here (a burst of 8 drains in ~1.1 s), so
-    # 8/s is past their capacity: the queue in vLLM's engine grows through the run and the median request
-    # waits too, not only the tail (at 4/s, under capacity, the mean moved but a 32-request p50 did not
-    # always: CI once read mean "better", p50 "indistinguishable"); 16 seats admit them all. `compare` must
-    # find TTFT (mean and p50) better with 16 and name queueing as the cause (analysis/compare.ttft_cause:
-    # the decomposition's queue mean, vLLM's own per-request queue here, explains most of TTFT's change).
+    # Poisson 14/s, 128-token prompts, 32 out. Two seats serve 6-10/s (here under load ~6/s; in CI a burst of 8
+    # drained in 0.83 s: ~9.7/s), so 14/s is 1.4-2.3x their capacity on either: the queue in vLLM's engine
+    # grows through the run and the median request waits too, not only the tail. At 8/s, right at CI's
+    # capacity, the mean moved but p50 was "indistinguishable" there (and at 4/s here); the premise is now
+    # checked, not hoped for: the 2-seat side's median request waited in vLLM's queue (its own per-request
+    # stamp) longer than the 16-seat side's whole TTFT p50 (here 1047 ms against 27 ms). 16 seats admit them
+    # all (waiting gauge 0; ~5 in flight). `compare` must find TTFT (mean and p50) better with 16 and name
+    # queueing as the cause (analysis/compare.ttft_cause: the decomposition's queue mean, vLLM's own
+    # per-request queue here, explains most of TTFT's change).
     # Premises, from vLLM's /metrics: the 2-seat server queued (waiting gauge > 0, its queue histogram's mean
     # most of the TTFT difference), the 16-seat one did not; the client kept its schedule on both (send lag
     # p99 under MAX_SEND_LAG_MS: a late client sends in bursts, which queue by themselves). On this shared
@@ -117,7 +120,7 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
     wl = workload(tmp_path, "seats", "completions", """
         [arrivals]
         process = "poisson"
-        rate = "8/s"
+        rate = "14/s"
         [prompt]
         tokens = 128
         [output]
@@ -135,6 +138,7 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
             assert s["decomposition_ms"]["method"] == "server_timings" and s["server_histograms_ms"]["n"] == 32
             assert counter_delta(sm, "vllm:prefix_cache_hits_total") == 0                   # cold
             side[n] = {"dir": out, "hist": s["server_histograms_ms"], "ttft_mean": float(df["ttft_ms"].mean()),
+                       "ttft_p50": float(df["ttft_ms"].median()), "queue_p50": float(df["server_queue_ms"].median()),
                        "waiting_max": float(sm.filter(pl.col("name") == "vllm:num_requests_waiting")["value"].max()),
                        "send_lag_p99": float(df["send_lag_ms"].quantile(0.99))}
             tried.append((n, attempt, round(side[n]["send_lag_p99"], 1)))
@@ -143,12 +147,17 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
             seed = fresh_seed()   # held back: again, with new texts (this server's cache stays cold)
     FIGURES["vllm 2 vs 16 seats: (seats, attempt, send lag p99 ms) per run"] = tried
     few, many = side[SEATS], side[MANY]
+    FIGURES["vllm 14/s, 2 vs 16 seats: TTFT p50 ms; vLLM queue p50 ms"] = (
+        (round(few["ttft_p50"], 1), round(many["ttft_p50"], 1)),
+        (round(few["queue_p50"], 1), round(many["queue_p50"], 3)))
     if max(few["send_lag_p99"], many["send_lag_p99"]) >= MAX_SEND_LAG_MS:
         # the premise failed on every attempt of a side (beside two CPU burners: send lag p99 0.3-1.9 s): the
         # client could not keep the schedule, so the comparison is not judged there
         pytest.skip(f"the host held the client back on every attempt of a side (seats, attempt, send lag p99 "
                     f"ms): {tried}")
     assert few["waiting_max"] > 0 and many["waiting_max"] == 0, side
+    # the median request waited on 2 seats, by vLLM's own stamps (not only the tail): p50 can move
+    assert few["queue_p50"] - many["queue_p50"] > many["ttft_p50"], side
     ttft_gain = few["ttft_mean"] - many["ttft_mean"]
     assert few["hist"]["queue"] - many["hist"]["queue"] > 0.5 * ttft_gain > 0, side   # vLLM's own queue
     p = loadgen("compare", str(few["dir"]), str(many["dir"]), "--format", "json")
@@ -162,12 +171,13 @@ def test_compare_2_vs_16_seats_names_queueing(seats, tmp_path):
         # stalled the client this much gets "indistinguishable", rightly, and the test cannot judge the cause
         pytest.skip(f"the client's loop lateness p99 ({floor.get('ms')} ms, {floor.get('source')}) is a noise "
                     f"floor above the TTFT change on this host: {ttft['mean']['why']}")
-    assert ttft["mean"]["verdict"] == "better" and ttft["p50"]["verdict"] == "better", ttft
+    assert ttft["mean"]["verdict"] == "better" and ttft["p50"]["verdict"] == "better", {
+        st: (ttft[st]["a"], ttft[st]["b"], ttft[st]["verdict"], ttft[st]["why"]) for st in ("mean", "p50")}
     cause = c["ttft_cause"]
     assert cause["cause"] == "queueing" and cause["verdict"] == "better", cause
     text = loadgen("compare", str(few["dir"]), str(many["dir"])).stdout
     assert "cause of the TTFT change: TTFT mean fell" in text and "queueing: the decomposition's queue" in text
-    FIGURES["vllm 8/s, 2 vs 16 seats: TTFT mean ms; vLLM queue mean ms; waiting max"] = (
+    FIGURES["vllm 14/s, 2 vs 16 seats: TTFT mean ms; vLLM queue mean ms; waiting max"] = (
         (round(few["ttft_mean"], 1), round(many["ttft_mean"], 1)),
         (round(few["hist"]["queue"], 1), round(many["hist"]["queue"], 3)), (few["waiting_max"], many["waiting_max"]))
     FIGURES["vllm 2 vs 16 seats: compare's cause"] = cause["why"]
