@@ -45,8 +45,8 @@ No interpolation: every percentile printed is a value that was measured.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import NamedTuple, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,20 +63,52 @@ _c = pl.col
 # The rows that completed: outcome ok (client.recorder.Outcome.OK, whose value this spells: metrics sits
 # below the client). Every frame filter on it outside the hot path uses this expression.
 OK_ROWS: pl.Expr = _c("outcome") == "ok"
-_SLOT_WAIT = _c("slot_wait_ns").fill_null(0)
-# name -> expression in ns over requests.parquet columns (see the module comment).
-EXPR_NS: dict[str, pl.Expr] = {
-    "send_lag": _c("dispatched_ns") - _c("intended_ns") - _SLOT_WAIT,
-    "slot_wait": pl.when(_c("dispatched_ns").is_not_null()).then(_SLOT_WAIT),
-    "connect": _c("connected_ns") - _c("dispatched_ns"),
-    "ttft": _c("first_token_ns") - _c("intended_ns"),
-    "ttfa": _c("first_answer_ns") - _c("intended_ns"),
-    "ttft_from_send": _c("first_token_ns") - _c("dispatched_ns"),
-    "e2e": _c("last_token_ns") - _c("intended_ns"),
-    "decode": _c("last_token_ns") - _c("first_token_ns"),
-    "tpot": pl.when(_c("output_tokens") > 1)
-    .then((_c("last_token_ns") - _c("first_token_ns")) / (_c("output_tokens") - 1)),
-}
+
+
+class _Ops(NamedTuple):
+    """What a metric's definition does with columns, for one kind of column (a Polars expression, or a
+    float64 array with NaN for null): the definitions below are written once and evaluated by both."""
+    col: Callable[[str], Any]
+    when: Callable[[Any, Any], Any]     # (condition, value): the value where the condition holds, else null
+    fill0: Callable[[Any], Any]         # null -> 0
+    present: Callable[[Any], Any]       # not null
+
+
+def _definitions(o: _Ops) -> dict[str, Any]:
+    # name -> the metric in ns over requests.parquet's columns (or a Row's fields): see the module comment
+    c = o.col
+    slot_wait, decode = o.fill0(c("slot_wait_ns")), c("last_token_ns") - c("first_token_ns")
+    return {
+        "send_lag": c("dispatched_ns") - c("intended_ns") - slot_wait,
+        "slot_wait": o.when(o.present(c("dispatched_ns")), slot_wait),
+        "connect": c("connected_ns") - c("dispatched_ns"),
+        "ttft": c("first_token_ns") - c("intended_ns"),
+        "ttfa": c("first_answer_ns") - c("intended_ns"),
+        "ttft_from_send": c("first_token_ns") - c("dispatched_ns"),
+        "e2e": c("last_token_ns") - c("intended_ns"),
+        "decode": decode,
+        "tpot": o.when(c("output_tokens") > 1, decode / (c("output_tokens") - 1)),
+    }
+
+
+EXPR_NS: dict[str, pl.Expr] = _definitions(_Ops(_c, lambda cond, x: pl.when(cond).then(x),
+                                                 lambda e: e.fill_null(0), lambda e: e.is_not_null()))
+
+
+def values_ns(columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every metric of EXPR_NS, row by row, over float64 columns with NaN for null (a missing column is all
+    null): what a Polars frame would give, without a query per call (the live histograms' second-by-second
+    values, a few rows at a time, where Polars' fixed cost per query was ~1 ms; run/intervals.py).
+    Comparisons with NaN are false, so a NaN condition gives null as Polars' does."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    none = np.full(n, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: dict[str, np.ndarray] = _definitions(_Ops(
+            lambda name: columns.get(name, none), lambda cond, x: np.where(cond, x, np.nan),
+            lambda a: np.nan_to_num(a, nan=0.0), lambda a: ~np.isnan(a)))
+    return out
+
+
 # Which rows a metric's distribution covers: "sent" = every dispatched row, "ok" = ok rows only.
 ROWS = {"send_lag": "sent", "slot_wait": "sent", "connect": "sent", "ttft": "ok", "ttfa": "ok",
         "ttft_from_send": "ok",
@@ -186,13 +218,12 @@ def request_gaps(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> 
 
 
 def itl_samples_ns(t_ns: np.ndarray, n_tokens: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """Per-token ITL samples (ns, float64) of chunks sorted by owner, then time."""
-    g = itl_gaps(pl.DataFrame({"rid": np.asarray(owner, np.int64), "t_ns": np.asarray(t_ns, np.int64),
-                               "n_tokens": np.asarray(n_tokens, np.int64)}))
-    if g.height == 0:
-        return np.empty(0)
-    k = g["k"].to_numpy()
-    return np.repeat(g["gap_ns"].to_numpy() / k, k)
+    """Per-token ITL samples (ns, float64) of chunks sorted by owner, then time (itl_gaps' rule on arrays)."""
+    with_tokens = np.asarray(n_tokens, np.int64) > 0
+    t = np.asarray(t_ns, np.int64)[with_tokens]
+    rows, prev_ns, k = _itl_groups(np.asarray(owner, np.int64)[with_tokens], t,
+                                   np.asarray(n_tokens, np.int64)[with_tokens])
+    return np.repeat((t[rows] - prev_ns) / k, k) if rows.size else np.empty(0)
 
 
 # --- percentiles ------------------------------------------------------------------------------------------

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-import polars as pl
-
 from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.client.recorder import OK, Row
@@ -31,21 +29,22 @@ INTERVAL_NS = 1_000_000_000
 
 
 def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
-    """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py)."""
+    """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py).
+    Numpy, not a Polars frame: an interval holds a few rows, and Polars' fixed cost per query (~1 ms of the
+    flush thread's CPU a second, measured by tests/bench/loop_trace.py) was most of the work. Timestamps
+    become float64: exact below 2**53 ns (104 days of uptime), within a few ns beyond, in µs histograms."""
     measured = [r for r in rows if not r.warmup]
-    frame = pl.DataFrame({f: list(map(get, measured)) for f, get in _GET.items()},
-                         schema={**{f: pl.Int64 for f in _FIELDS}, "outcome": pl.String})
-    frame = metrics.latency_columns(frame, unit_ns=1, names=_SCALAR)
-    # a metric's nulls are dropped below: a pooling answer (no first token, last_token_ns set) gives e2e only
-    ok_rows = frame.filter(metrics.OK_ROWS)
+    values = metrics.values_ns({f: np.array(list(map(get, measured)), dtype=np.float64) for f, get in _GET.items()})
+    ok = np.array([r.outcome == OK for r in measured], dtype=bool)
     out = {}
     for m in _SCALAR:
-        rows_m = ok_rows if metrics.ROWS[m] == "ok" else frame
-        out[m] = rows_m[m].drop_nulls().to_numpy()
-    ok = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
-    counts, t, k = chunk_columns(ok)
+        # a metric's nulls are dropped: a pooling answer (no first token, last_token_ns set) gives e2e only
+        v = values[m]
+        out[m] = v[~np.isnan(v) & ok] if metrics.ROWS[m] == "ok" else v[~np.isnan(v)]
+    ok_rows = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
+    counts, t, k = chunk_columns(ok_rows)
     if counts.sum():
-        owner = np.repeat(np.arange(len(ok)), counts)
+        owner = np.repeat(np.arange(len(ok_rows)), counts)
         out["itl"] = metrics.itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
     else:
         out["itl"] = np.empty(0)
@@ -54,7 +53,7 @@ def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
 
 _SCALAR = tuple(m for m in hdr.METRICS if m != "itl")
 _FIELDS = ("intended_ns", "dispatched_ns", "slot_wait_ns", "connected_ns", "first_token_ns", "last_token_ns",
-           "output_tokens", "outcome")
+           "output_tokens")
 _GET = {f: attrgetter(f) for f in _FIELDS}
 
 

@@ -71,7 +71,7 @@ def report_json(run_dir: str) -> dict:
 # lateness p99 is ~0.1-2 ms and the simulator's emit lateness p99 ~1-3 ms; on two cores shared with
 # CPU-bound work the host parks a process for 100-500 ms now and then, and every stamp taken meanwhile is late.
 # stat "p99" for figures made of many samples; "max" where one late stamp is enough to move the figure (a
-# lone 300 ms park in a 30 s run leaves the p99 of a 20 ms probe untouched).
+# lone 300 ms park in a 30 s run leaves the p99 of the 50 ms probe untouched: 6 late samples of 600).
 HOST_STALL_LIMIT_MS = 20.0
 
 

@@ -84,7 +84,10 @@ def test_the_snapshots_agree_with_the_rows_and_the_summary(tmp_path):
     assert abs(b.sum_s - ttft_ms.sum() / 1e3) < 1e-6 * max(1, len(ttft_ms))
     # an interval's window holds the rows that finished in it: the windows add up to the run
     assert sum(s.last["e2e"].count for s in seen) == last.run["e2e"].count == measured.height
-    assert last.loop_lateness_p99_ms is not None and last.server == {}
+    # every whole second has loop-lateness samples (one per 50-ms probe period); the run's last interval is
+    # shorter and may end before a probe did: then it says None, not a number it did not measure
+    assert all(s.loop_lateness_p99_ms is not None for s in seen if s.interval_s >= 0.5), seen
+    assert last.server == {}
 
 
 def test_the_snapshots_carry_the_scraped_server_gauges(tmp_path):

@@ -86,3 +86,33 @@ def test_every_printed_percentile_agrees_with_hdr_within_its_precision():
         h = hdr.summary_ms(hdr.record(v_ns))
         for s in ("p50", "p90", "p99", "p999", "max"):
             assert exact[s] - 0.0005 <= h[s] <= exact[s] * 1.001 + 0.0005, (n, s)
+
+
+# requests.parquet-like columns with every kind of null: unsent rows, no first token, 0/1/None tokens,
+# a slot wait or none, a first answer or none
+_COLUMNS = {
+    "intended_ns": [0, 10, 20, 30, 40, 50, 60],
+    "dispatched_ns": [5, None, 25, 31, 47, 52, 61],
+    "slot_wait_ns": [None, None, 3, 0, None, 1, None],
+    "connected_ns": [6, None, 26, 33, None, 53, 62],
+    "first_token_ns": [15, None, 40, None, 70, 58, 90],
+    "first_answer_ns": [16, None, None, None, 75, None, 95],
+    "last_token_ns": [55, None, 41, 90, 200, 58, 130],
+    "output_tokens": [5, None, 1, 0, 9, 1, 3],
+}
+
+
+def test_the_array_evaluation_of_the_definitions_is_the_frames():
+    # run/intervals.py takes the live histograms' values from metrics.values_ns, summary.json from EXPR_NS:
+    # one definition, two evaluators, the same numbers (nulls where Polars has nulls)
+    import polars as pl
+    frame = metrics.latency_columns(pl.DataFrame(_COLUMNS, schema={k: pl.Int64 for k in _COLUMNS}), unit_ns=1)
+    arrays = metrics.values_ns({k: np.array(v, dtype=np.float64) for k, v in _COLUMNS.items()})
+    assert set(arrays) == set(metrics.EXPR_NS)
+    for name, got in arrays.items():
+        want = frame[name].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    # a column the arrays lack is all null, as a frame's missing first_answer_ns (folders that predate it)
+    no_answer = metrics.values_ns({k: np.array(v, dtype=np.float64) for k, v in _COLUMNS.items()
+                                   if k != "first_answer_ns"})
+    assert np.isnan(no_answer["ttfa"]).all()
