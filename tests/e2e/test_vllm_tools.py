@@ -1,16 +1,17 @@
-"""End to end against vLLM started with `--enable-auto-tool-choice --tool-call-parser hermes` (its own server
-for the module, after the others: one vLLM at a time): a tool_choice "required" workload and a
-response_format one. vLLM decodes the reply by the schema, so even its random weights answer valid JSON:
-every ok response_format reply must be judged valid. Under tool_choice "required" vLLM 0.32 streams the
-call's name as one piece (with id and type, content null), then argument pieces that the random weights
-fill with text (seen: `"+decode Observ...` cut at max_tokens): those streams are timed like content (first
-token, first answer, last token, chunks) and judged as calls, the count held to the rows' verdicts.
-Agentic sessions on the same server: under tool_choice "required" every reply is a call, so each session of
-3 requests is a user turn and 2 tool rounds: the second and third requests send back the assistant's
-`tool_calls` as vLLM streamed them and one `role: tool` result per call. vLLM must accept them (every row
-ok), its prompt count must equal the plan (the server tokenizer counted the same message lists), grow by
-the reply and the drawn tool results every round, and its own prompt-token counter over the run must equal
-the rows' sum.
+"""End to end against vLLM started with `--enable-auto-tool-choice --tool-call-parser hermes` (its own server for
+the module, after the others: one vLLM at a time): a tool_choice "required" workload and a response_format
+one. vLLM decodes the reply by the schema, so even its random weights answer valid JSON when they stop: every
+ok response_format reply that ended before max_tokens must be judged valid (the schema does not bound
+whitespace, which may run on to max_tokens: such a reply is cut, and judged not JSON). Under tool_choice
+"required" vLLM 0.32 streams the call's name as one piece (with id and type, content null), then argument
+pieces that the random weights fill with text (seen: `"+decode Observ...` cut at max_tokens): those streams
+are timed like content (first token, first answer, last token, chunks) and judged as calls, the count held to
+the rows' verdicts. Agentic sessions on the same server: under tool_choice "required" every reply is a call,
+so each session of 3 requests is a user turn and 2 tool rounds: the second and third requests send back the
+assistant's `tool_calls` as vLLM streamed them and one `role: tool` result per call. vLLM must accept them
+(every row ok), its prompt count must equal the plan (the server tokenizer counted the same message lists),
+grow by the reply and the drawn tool results every round, and its own prompt-token counter over the run must
+equal the rows' sum.
 Skipped without VLLM_PYTHON / VLLM_MODEL (tests/e2e/build_vllm.sh; `make e2e` sets them).
 """
 from __future__ import annotations
@@ -106,8 +107,18 @@ def test_response_format_replies_are_valid_json(vllm, tmp_path):
     rep = report(out)["replies"]
     FIGURES["vllm response_format: valid JSON / ok"] = f"{rep['json']['valid']}/{N}"
     assert rows["tool_calls"].is_null().all()
-    assert rep["json"]["judged"] == N and rep["json"]["valid"] == N and rep["valid"] == N, (
-        rep, rows["reply_problem"].to_list())
+    # The schema bounds the values (enum, boolean), not the whitespace between them: the random weights may
+    # emit newlines until max_tokens (a fresh clone's run: 2 of 8 cut at "line 15 column 28"). So every reply
+    # that ended before max_tokens is valid JSON, and a cut one is judged not JSON, never valid by luck.
+    assert rep["json"]["judged"] == N and rep["json"]["valid"] == int(rows["reply_valid"].sum()), rep
+    cut = rows["output_tokens"] >= rows["max_tokens"]
+    for r in rows.select("output_tokens", "max_tokens", "reply_valid", "reply_problem").to_dicts():
+        if r["output_tokens"] < r["max_tokens"]:
+            assert r["reply_valid"], (r, rep)
+        else:
+            assert r["reply_valid"] or (r["reply_problem"] or "").startswith("not_json"), (r, rep)
+    assert rep["json"]["valid"] >= N - int(cut.sum()) and rep["json"]["valid"] > 0, (rep, cut.to_list())
+    FIGURES["vllm response_format: replies cut at max_tokens"] = f"{int(cut.sum())}/{N}"
 
 
 def test_tool_rounds_are_accepted_and_counted_by_vllm(vllm, tmp_path):
