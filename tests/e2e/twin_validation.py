@@ -52,10 +52,14 @@ def fit(url: str, out: Path, *args: str) -> dict:
 
 
 # The measurement keeps running when the host parks the client now and then (send lag is a client fault the
-# self-check flags, not what the twin is judged on): the table still shows what the server did.
+# self-check flags, not what the twin is judged on): the table still shows what the server did. Past the
+# knee llama-server may close a queued connection before answering (a fresh clone's run at 2x capacity: 1
+# reset of 80 requests, which made it invalid under the default 1 % error rate): a failed request is one not
+# completed, which the completion-rate cell counts, so up to MAX_ERROR_RATE of them keep the run judged.
+MAX_ERROR_RATE = "5%"
 def measure(url: str, rate: float, out: Path, profile: Profile, *args: str) -> tuple[dict, dict]:
     p = loadgen("run", WORKLOAD, "--url", url, "--rate", f"{rate:g}/s", "--out", str(out), "--no-calibrate",
-                "--quiet", *RELAXED_SELFCHECK, *args, timeout=600)
+                "--quiet", "--max-error-rate", MAX_ERROR_RATE, *RELAXED_SELFCHECK, *args, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = read_run(out).requests
     warm = rows["warmup"].to_numpy() if "warmup" in rows.columns else np.zeros(rows.height, bool)
