@@ -4,6 +4,7 @@ in the four trace formats read into a sorted trace or fail with TraceError namin
 skip_bad_rows every row is either kept or counted. Never another exception."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -227,7 +228,9 @@ def _plans_or_names_its_problem(load) -> str:
 def test_every_workload_key_with_hostile_values(tmp_path, picks):
     w = {t: dict(v) for t, v in GOOD_WORKLOAD.items()}
     for (table, key), value in picks:
-        (w.setdefault(table, {}) if table and isinstance(w.get(table, {}), dict) else w)[key] = value
+        # a copy: st.just({}) draws one shared dict, which this loop would otherwise fill, across examples
+        # and even with itself (a cycle that recursed in _toml_value)
+        (w.setdefault(table, {}) if table and isinstance(w.get(table, {}), dict) else w)[key] = copy.deepcopy(value)
         DRAWN["workload values"] += 1
     p = tmp_path / "w.toml"
     p.write_text(_document(w))
