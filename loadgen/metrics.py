@@ -31,11 +31,12 @@ and the summary's offered and achieved rates; fitted_rate_per_s = 1 / the least-
 completion rate of twin predictions; steady_rates: the offered and completed rates over a run's
 steady-state window, the sweep's (docs/metrics.md, "Steady-state rates").
 
-ITL, per token (itl_gaps): the chunks of one request that carry tokens and share a stamp arrived in one
-read and form one group of k tokens (the sum of their tokens); each gap between a group and the previous
-group of the same request counts as k samples of gap / k. So a request's samples sum to last_token -
-first_token, a k-token chunk is not one long gap, and chunks read together are never a run of zero gaps.
-The first group's tokens have no gap before them and add no sample.
+ITL, per token (_itl_groups; gap_arrays over tokens.parquet, itl_samples_ns over arrays): the chunks of
+one request that carry tokens and share a stamp arrived in one read and form one group of k tokens (the
+sum of their tokens); each gap between a group and the previous group of the same request counts as k
+samples of gap / k. So a request's samples sum to last_token - first_token, a k-token chunk is not one
+long gap, and chunks read together are never a run of zero gaps. The first group's tokens have no gap
+before them and add no sample.
 
 Percentiles (quantile, distribution): nearest rank, the ceil(p * n)-th smallest sample, as HdrHistogram's
 Java and JavaScript implementations compute it (hdr.percentiles_us applies the same rank to bucket counts,
@@ -144,16 +145,6 @@ def rate_per_s(times_ns: np.ndarray) -> float | None:
 
 # --- ITL --------------------------------------------------------------------------------------------------
 
-def itl_gaps(chunks: pl.DataFrame | pl.LazyFrame, key: str = "rid", keep: tuple[str, ...] = ()) -> pl.DataFrame:
-    """The groups of the ITL rule with a gap before them: *keep, key, t_ns, prev_ns, gap_ns, k.
-    chunks: key (the request), t_ns, n_tokens; each request's chunks contiguous and in time order."""
-    c = chunks.lazy().filter(_c("n_tokens") > 0).collect()
-    rows, prev_ns, k = _itl_groups(c[key].to_numpy(), c["t_ns"].to_numpy(), c["n_tokens"].to_numpy())
-    t_ns = c["t_ns"].to_numpy()[rows]
-    return pl.DataFrame([*(c[name].gather(rows) for name in (*keep, key)), pl.Series("t_ns", t_ns),
-                         pl.Series("prev_ns", prev_ns), pl.Series("gap_ns", t_ns - prev_ns), pl.Series("k", k)])
-
-
 def _itl_groups(key: np.ndarray, t_ns: np.ndarray, n_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ITL rule on arrays (chunks with tokens, each key's rows contiguous and in time order): for every
     group that has a gap before it, the row of its first chunk, the previous group's stamp and its tokens k."""
@@ -218,7 +209,7 @@ def request_gaps(tokens: pl.DataFrame, request_ids: pl.Series | None = None) -> 
 
 
 def itl_samples_ns(t_ns: np.ndarray, n_tokens: np.ndarray, owner: np.ndarray) -> np.ndarray:
-    """Per-token ITL samples (ns, float64) of chunks sorted by owner, then time (itl_gaps' rule on arrays)."""
+    """Per-token ITL samples (ns, float64) of chunks sorted by owner, then time (the ITL rule)."""
     with_tokens = np.asarray(n_tokens, np.int64) > 0
     t = np.asarray(t_ns, np.int64)[with_tokens]
     rows, prev_ns, k = _itl_groups(np.asarray(owner, np.int64)[with_tokens], t,

@@ -55,8 +55,7 @@ class Trace:
         self.chain_ns = 0                      # time the chains kept the loop polling
         self.late_ns: list[int] = []           # monitor wake lateness
         self.stacks: list[tuple[float, float, dict[str, str]]] = []   # (s since t0, late ms, thread -> stack)
-        self.ticks: list[tuple[float, float]] = []   # (wall ms, thread CPU ms) per flush tick
-        self.tick_spans: list[tuple[int, int]] = []  # (start, end) perf_counter ns of each flush tick
+        self.ticks: list[tuple[int, int, int]] = []  # per flush tick: start, end (perf_counter ns), own CPU ns
         self.long: list[tuple[int, int]] = []        # (start perf_counter ns, ns) of iterations over LONG_MS
         self.t0_ns = 0
         self.running = False
@@ -108,16 +107,15 @@ def install() -> list[Trace]:
     async def traced_run(self, *a, **k):
         trace = traces[-1]
         trace.t0_ns, trace.running = time.perf_counter_ns(), True
-        if trace.chains:
-            task = asyncio.create_task(trace.iterations())
-        else:
-            task = asyncio.create_task(asyncio.sleep(0))
+        task = asyncio.create_task(trace.iterations()) if trace.chains else None
+        if not trace.chains:
             threading.Thread(target=trace.monitor, name="monitor", daemon=True).start()
         try:
             return await run(self, *a, **k)
         finally:
             trace.running = False
-            task.cancel()
+            if task is not None:
+                task.cancel()
 
     def traced_tick(*a, **k):
         trace = traces[-1]
@@ -125,9 +123,7 @@ def install() -> list[Trace]:
         try:
             return tick(*a, **k)
         finally:
-            end = time.perf_counter_ns()
-            trace.ticks.append(((end - w) / 1e6, (time.thread_time_ns() - c) / 1e6))
-            trace.tick_spans.append((w, end))
+            trace.ticks.append((w, time.perf_counter_ns(), time.thread_time_ns() - c))
 
     Runner.run, inprocess.tick_work = traced_run, traced_tick
     return traces
@@ -162,7 +158,7 @@ def one_rate(trace: Trace, rate: float, seconds: float, tokens: int) -> None:
         print(f"  loop iterations (sampled {CHAIN_MS:g} ms of every {SAMPLE_EVERY_MS:g} ms: the loop kept polling "
               f"{trace.chain_ns / 1e9 / seconds:.1%} of the run): {quantiles(trace.iterations_ns)}")
         print(f"    ms buckets: {histogram(trace.iterations_ns)}")
-        during = sum(any(a < end and a + d > start for start, end in trace.tick_spans) for a, d in trace.long)
+        during = sum(any(a < end and a + d > start for start, end, _ in trace.ticks) for a, d in trace.long)
         at = [(round((a - trace.t0_ns) / 1e9, 3), round(d / 1e6, 2)) for a, d in trace.long]
         print(f"    over {LONG_MS:g} ms: {len(trace.long)}, of which during a flush tick: {during}; "
               f"(s since the run began, ms): {at}")
@@ -177,7 +173,8 @@ def one_rate(trace: Trace, rate: float, seconds: float, tokens: int) -> None:
         for where, n in held.most_common(10):
             print(f"    {n}x {where}")
     if trace.ticks:
-        wall, cpu = np.array(trace.ticks).T
+        start, end, cpu_ns = np.array(trace.ticks, dtype=np.float64).T
+        wall, cpu = (end - start) / 1e6, cpu_ns / 1e6
         print(f"  flush ticks: {len(wall)}, wall median {np.median(wall):.2f} max {wall.max():.2f} ms, own CPU "
               f"median {np.median(cpu):.2f} max {cpu.max():.2f} ms")
 

@@ -57,6 +57,8 @@ def fit(url: str, out: Path, *args: str) -> dict:
 # reset of 80 requests, which made it invalid under the default 1 % error rate): a failed request is one not
 # completed, which the completion-rate cell counts, so up to MAX_ERROR_RATE of them keep the run judged.
 MAX_ERROR_RATE = "5%"
+
+
 def measure(url: str, rate: float, out: Path, profile: Profile, *args: str) -> tuple[dict, dict]:
     p = loadgen("run", WORKLOAD, "--url", url, "--rate", f"{rate:g}/s", "--out", str(out), "--no-calibrate",
                 "--quiet", "--max-error-rate", MAX_ERROR_RATE, *RELAXED_SELFCHECK, *args, timeout=600)
