@@ -26,26 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadgen.analysis.repeats import t_quantile
 from loadgen.sim.profiles import Profile
 from loadgen.twin.fit_model import Coefficients, EngineLimits, to_profile
 
 LEVEL = 0.8   # predict's default --level
-
-
-def t_quantile(p: float, dof: int) -> float:
-    """Student's t quantile (0.5 < p < 1): exact for 1 and 2 degrees of freedom, else the Cornish-Fisher
-    expansion in 1/dof (Abramowitz & Stegun 26.7.5; within 0.3 % of the tables from 3 degrees of freedom at
-    p <= 0.975)."""
-    if dof == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if dof == 2:
-        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
-    z = statistics.NormalDist().inv_cdf(p)
-    g = ((z ** 3 + z) / 4,
-         (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96,
-         (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384,
-         (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160)
-    return z + sum(gk / dof ** (k + 1) for k, gk in enumerate(g))
 
 
 def band(point: float | None, rounds: Sequence[float | None], level: float, misfit_rel: float = 0.0

@@ -14,7 +14,8 @@ import pytest
 from loadgen.cli.main import main
 from loadgen.sim.profiles import load_profile
 from loadgen.twin.fit_model import EngineLimits, coefficients, to_profile, to_toml
-from loadgen.twin.intervals import Spread, band, load_spread, t_quantile
+from loadgen.analysis.repeats import t_quantile
+from loadgen.twin.intervals import Spread, band, load_spread
 from loadgen.twin.predict import predict
 from tests.unit.test_predict import workload   # 120 requests, prompts 64-512, 32 output tokens
 
