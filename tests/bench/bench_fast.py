@@ -12,6 +12,8 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
   BENCH_ANALYSIS_ROWS 10000000 chunk rows of the synthetic run given to `loadgen report` (0 = skip)
   BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0   (taskset lists: e.g. BENCH_SIM_CORE=1-3)
   BENCH_SIM_PROCESSES 1        capacity cases: `loadgen sim --processes N`, all pinned to BENCH_SIM_CORE
+  BENCH_SERVER       sim       or fastmock: tests/bench/fastmock.c (C, one thread, the same fixed timing and
+                               truth), a server that one core keeps at 2,000 req/s where the simulator cannot
   BENCH_REPEATS      3         every case this many times, alternating the clients at each rate (goals.py
                                judges each repetition: a stall in one is a miss)
 
@@ -35,6 +37,7 @@ import polars as pl
 
 from loadgen.sim.process import SimProcess
 from tests.bench import analysis_bench, goals
+from tests.bench.fastmock import FastMock
 from tests.bench.truthcmp import compare, read_truth
 
 HERE = Path(__file__).parent
@@ -63,7 +66,14 @@ tokens = {tokens}
     return path
 
 
-def start_sim(truth: Path, core: str, processes: int = 1) -> SimProcess:
+def start_sim(truth: Path, core: str, processes: int = 1) -> SimProcess | FastMock:
+    """The server of every case, pinned to `core`: `loadgen sim --mode fixed` (BENCH_SERVER=sim, the default)
+    or fastmock.c (BENCH_SERVER=fastmock: one process whatever `processes` says)."""
+    if os.environ.get("BENCH_SERVER", "sim") == "fastmock":
+        sim: SimProcess | FastMock = FastMock(truth)
+        sim.start()
+        subprocess.run(["taskset", "-p", "-c", core, str(sim.proc.pid)], check=True, capture_output=True)
+        return sim
     sim = SimProcess(args=["--mode", "fixed", "--ttft", "20ms", "--itl", "5ms", "--truth", str(truth),
                            "--processes", str(processes)])
     sim.start()
@@ -151,7 +161,7 @@ def one_case(kind: str, client_name: str, rate: float, duration_s: float, tokens
     res_ttft = compare(ttft_client, chunks.head(0), truth)
     res.update(ttft_err_p50_ms=res_ttft["ttft_err_p50_ms"], ttft_err_p99_ms=res_ttft["ttft_err_p99_ms"])
     res.update(extra, kind=kind, client=client_name, rate_per_s=rate, tokens=tokens, duration_s=duration_s,
-               sim_processes=processes)
+               sim_processes=processes, server=os.environ.get("BENCH_SERVER", "sim"))
     return res
 
 
