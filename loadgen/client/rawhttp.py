@@ -7,7 +7,8 @@ truth this put ~0.5-0.8 ms of error into the median ITL gap at 100 req/s (tests/
 parsing (status line, headers, chunked framing) is done after the stream, from the raw bytes.
 
 Scope: plain http:// (https goes through aiohttp), one request per connection at a time, keep-alive
-with no pool limit (an idle connection is reused, else a new one is opened: nothing queues), responses
+with no pool limit (an idle connection is reused, else a new one is opened: nothing queues; one idle for
+IDLE_EXPIRY_NS is closed instead, before the server's own keep-alive timeout can race a request), responses
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
 MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
 what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
@@ -28,7 +29,7 @@ from urllib.parse import urlsplit
 
 from loadgen.client.offload import OFFLOAD_READS, in_worker
 from loadgen.client.recorder import ErrorKind, Row
-from loadgen.client.transport import Transport, TransportError
+from loadgen.client.transport import IDLE_EXPIRY_NS, Transport, TransportError
 
 _END_CHUNKED = b"0\r\n\r\n"
 MAX_HEAD_BYTES = 64 << 10        # a longer response head is a bad_response
@@ -44,7 +45,7 @@ Offsets = list[tuple[int, int]]  # each read's (start, end) byte range in the jo
 
 class _Conn(asyncio.Protocol):
     __slots__ = ("transport", "t", "data", "done", "wake_any", "closed", "lost", "size", "limit", "too_large",
-                 "now_ns", "cut_events", "cut_mark", "cut_reached")
+                 "now_ns", "cut_events", "cut_mark", "cut_reached", "idle_since_ns")
 
     transport: asyncio.Transport  # set by connection_made, before any other callback or use
 
@@ -61,6 +62,7 @@ class _Conn(asyncio.Protocol):
         self.cut_events = 0        # > 0: [abandon] after_tokens: wake the waiter once this many events arrived
         self.cut_mark = b"\n\n"    # how each event ends
         self.cut_reached = False
+        self.idle_since_ns = 0     # when it was last put back in the pool (RawHttpTransport._release)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # create_connection's: an asyncio.Transport
@@ -396,10 +398,16 @@ class RawHttpTransport:
         return _Exchange(self, method, path, headers, body, row)
 
     async def _connection(self) -> _Conn:
-        while self._idle:
-            c = self._idle.pop()
-            if not c.closed:
+        idle = self._idle
+        while idle:
+            c = idle.pop()   # the most recently used first: the pool keeps its freshest connections busy
+            if c.closed:
+                continue
+            if self.now_ns() - c.idle_since_ns < IDLE_EXPIRY_NS:
                 return c
+            for old in (c, *idle):  # expired, and every connection under it in the pool is older
+                self._release(old, False)
+            idle.clear()
         try:
             connect: Connect = self._connect or asyncio.get_running_loop().create_connection
             _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
@@ -411,6 +419,7 @@ class RawHttpTransport:
     def _release(self, conn: _Conn, reusable: bool) -> None:
         conn.done = None
         if reusable:
+            conn.idle_since_ns = self.now_ns()
             self._idle.append(conn)
         else:
             self._all.discard(conn)

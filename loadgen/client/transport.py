@@ -124,9 +124,16 @@ class _Response:
         return array("q", self._t), list(self._data)
 
 
+# An idle connection is reused only this soon after its last response. Servers close idle keep-alive
+# connections (vLLM and SGLang through uvicorn, llama-server through cpp-httplib: 5 s); one the server is
+# closing while a request is written on it fails that request (reset before the response head), a client
+# artifact a report would blame on the server. Below their 5 s, that race needs a FIN over a second late.
+IDLE_EXPIRY_NS = 4_000_000_000
+
+
 class AiohttpTransport:
     """One session for the whole run. The connector has NO connection limit (aiohttp's default of 100
-    would queue requests silently inside the client) and keeps connections alive."""
+    would queue requests silently inside the client) and keeps connections alive, for IDLE_EXPIRY_NS at most."""
 
     def __init__(self, base_url: str, headers: dict[str, str] | None = None, tls: bool | SSLContext = True, *,
                  now_ns: Callable[[], int] = time.monotonic_ns):
@@ -157,7 +164,8 @@ class AiohttpTransport:
         trace.on_request_headers_sent.append(sent)
         trace.on_request_chunk_sent.append(sent)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=self._tls),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ssl=self._tls,
+                                           keepalive_timeout=IDLE_EXPIRY_NS / 1e9),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None),
             trace_configs=[trace],
             headers=self._headers,

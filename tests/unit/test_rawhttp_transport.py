@@ -76,3 +76,29 @@ def test_a_body_cut_short_is_a_reset_that_keeps_what_arrived():
     row, status, stamps_ms, reads, kind = results[0]
     assert status == 200 and kind == "reset"
     assert reads == EV[:2] and [round(s - row.sent_ns / 1e6, 6) for s in stamps_ms] == [50.0, 60.0]
+
+
+@pytest.mark.parametrize("gap_s, connections", [(3.9, 1), (4.1, 2)])
+def test_an_idle_connection_is_reused_only_before_servers_close_theirs(gap_s, connections):
+    # vLLM (uvicorn) and llama-server (cpp-httplib) close a connection idle for 5 s; a request written on
+    # one as it closes fails before the response head. The pool closes its own first, after
+    # IDLE_EXPIRY_NS (4 s): the next request then opens a fresh connection, and the stale one is closed.
+    net = ScriptedNetwork(lambda req: [(0.01, HEAD + chunk(EV[2]) + b"0\r\n\r\n")])
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        now_ns = lambda: round(loop.time() * 1e9)  # noqa: E731
+        async with RawHttpTransport("http://127.0.0.1:9", {}, now_ns=now_ns, connect=net.connect) as t:
+            sockets = []
+            for i in range(2):
+                if i:
+                    await asyncio.sleep(gap_s)
+                async with t.post("/v1/completions", {}, b"{}", Row(i, f"r{i}", 0, 1, 1)) as resp:
+                    assert (await resp.read()) == EV[2]
+                sockets.append(resp._conn.transport)
+            return sockets, sockets[0].closed   # before the pool's exit closes every connection
+
+    (first, second), first_closed = run_virtual(go())
+    assert net.connections == connections
+    assert (first is second) == (connections == 1)
+    assert first_closed == (connections == 2)   # the expired one was closed by the client, not left open
