@@ -4,7 +4,8 @@
 ITL, truth columns). The one-core Python simulator saturates near 1,600 req/s of 16-token streams on the
 shared 2-core VM; this server is not the limit there, so the client's own ceiling shows (issue 29 part 3).
 Built with the machine's gcc into $LOADGEN_CACHE (default ~/.cache/loadgen)/bench/, keyed on the source's
-hash (nothing is written into the checkout), and stopped by PID.
+hash (nothing is written into the checkout), and stopped by PID. build("cclient") builds the C reference
+client the same way (bench_fast's client `c`).
 """
 from __future__ import annotations
 
@@ -14,17 +15,19 @@ import signal
 import subprocess
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("fastmock.c")
+HERE = Path(__file__).parent
 
 
-def build() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+def build(name: str = "fastmock") -> Path:
+    """tests/bench/NAME.c (fastmock, or cclient: the C reference client) compiled into the cache, once per source."""
+    source = HERE / f"{name}.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     cache = Path(os.environ.get("LOADGEN_CACHE", Path.home() / ".cache" / "loadgen")) / "bench"
-    exe = cache / f"fastmock-{digest}"
+    exe = cache / f"{name}-{digest}"
     if not exe.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = exe.with_suffix(".tmp")
-        subprocess.run(["gcc", "-O2", "-Wall", "-o", str(tmp), str(SOURCE)], check=True)
+        subprocess.run(["gcc", "-O2", "-Wall", "-o", str(tmp), str(source), "-lm"], check=True)
         tmp.rename(exe)
     return exe
 

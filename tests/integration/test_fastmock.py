@@ -1,15 +1,17 @@
 """The bench's C server (tests/bench/fastmock.c, BENCH_SERVER=fastmock) answers loadgen as the simulator's fixed
 mode does, and its truth is true: one truth row per request, every token stamped by the server before the
-client read it (one CLOCK_MONOTONIC on both sides), each token sent at its due time or later."""
+client read it (one CLOCK_MONOTONIC on both sides), each token sent at its due time or later. The C reference
+client (tests/bench/cclient.c) reads what it sends."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import orjson
 import polars as pl
 import pytest
 
-from tests.bench.fastmock import FastMock
+from tests.bench.fastmock import FastMock, build
 from tests.integration.conftest import loadgen, workload
 
 TTFT_MS, ITL_MS, TOKENS = 20, 5, 8
@@ -42,3 +44,27 @@ def test_fastmock_streams_and_its_truth_holds(tmp_path):
     j = tok.join(due.select("request_id", "idx", "token_ns"), on=["request_id", "idx"], how="inner")
     assert j.height == 40 * TOKENS
     assert (j["t_ns"] >= j["token_ns"]).all()   # the client read each token after the server sent it
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc to build tests/bench/cclient.c")
+def test_the_c_reference_client_reads_every_token_after_it_was_sent(tmp_path):
+    # tests/bench/cclient.c (bench_fast's client `c`): every request sent once, on its Poisson schedule or
+    # after, and each token counted in a read stamped after fastmock sent it
+    mock = FastMock(tmp_path / "truth.jsonl", ttft_us=TTFT_MS * 1000, itl_us=ITL_MS * 1000)
+    url = mock.start()
+    try:
+        port = url.rsplit(":", 1)[1]
+        p = subprocess.run([str(build("cclient")), "127.0.0.1", port, "40", "1", str(TOKENS), str(tmp_path / "c.json")],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        mock.stop()
+    assert p.returncode == 0, p.stderr
+    reqs = orjson.loads((tmp_path / "c.json").read_bytes())["requests"]
+    truth = {r["request_id"]: r for r in map(orjson.loads, (tmp_path / "truth.jsonl").read_bytes().splitlines())}
+    assert len(reqs) == 40 and sorted(truth) == sorted(r["request_id"] for r in reqs)
+    for r in reqs:
+        assert r["sent_ns"] >= r["intended_ns"]
+        stamps = [t for t, k in zip(r["read_ns"], r["chunks"]) for _ in range(k)]   # one per token
+        sent = truth[r["request_id"]]["token_ns"]
+        assert len(stamps) == len(sent) == TOKENS
+        assert all(read >= s for read, s in zip(stamps, sent))
