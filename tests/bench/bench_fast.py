@@ -9,7 +9,8 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
   BENCH_CAPACITY_TOKENS 16     fewer tokens than 64: the one-core simulator is the limit otherwise
   BENCH_ACCURACY_RATES / BENCH_CAPACITY_RATES   comma lists overriding the rates
   BENCH_CLIENTS      loadgen,bare,lg-aio   (lg-aio: loadgen with its aiohttp transport; accuracy cases only;
-                               also c: tests/bench/cclient.c, the bare client's work in C, what no Python client beats)
+                               also c: tests/bench/cclient.c, the bare client's work in C, what no Python client beats;
+                               bare-cb: tests/bench/bare_cb.py, the bare client writing from its timer's callback)
   BENCH_ANALYSIS_ROWS 10000000 chunk rows of the synthetic run given to `loadgen report` (0 = skip)
   BENCH_SIM_CORE / BENCH_CLIENT_CORE   1 / 0   (taskset lists: e.g. BENCH_SIM_CORE=1-3)
   BENCH_SIM_PROCESSES 1        capacity cases: `loadgen sim --processes N`, all pinned to BENCH_SIM_CORE
@@ -116,14 +117,15 @@ def run_loadgen(url: str, tmp: Path, rate: float, duration_s: float, tokens: int
 
 
 def run_bare(url: str, tmp: Path, rate: float, duration_s: float, tokens: int, core: str,
-             in_c: bool = False) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
-    """The bare uvloop client (bare_client.py), or in_c: the same client in C (cclient.c); one output format."""
+             in_c: bool = False, module: str = "bare_client") -> tuple[dict, pl.DataFrame, pl.DataFrame]:
+    """The bare uvloop client (bare_client.py; module bare_cb: dispatching from its timer's callback), or in_c:
+    the same client in C (cclient.c); one output format."""
     out = tmp / "bare.json"
     if in_c:
         u = urlsplit(url)
         cmd = [str(fastmock.build("cclient")), u.hostname or "127.0.0.1", str(u.port)]
     else:
-        cmd = [PY, "-m", "tests.bench.bare_client", url]
+        cmd = [PY, "-m", f"tests.bench.{module}", url]
     subprocess.run(["taskset", "-c", core, *cmd, str(rate), str(duration_s), str(tokens), str(out)], check=True,
                    capture_output=True)
     d = orjson.loads(out.read_bytes())
@@ -160,9 +162,10 @@ def one_case(kind: str, client_name: str, rate: float, duration_s: float, tokens
         processes = int(os.environ.get("BENCH_SIM_PROCESSES", "1")) if kind == "capacity" else 1
         sim = start_sim(truth_path, sim_core, processes)
         try:
-            if client_name in ("bare", "c"):
+            if client_name in ("bare", "bare-cb", "c"):
                 extra, client, chunks = run_bare(sim.url, tmp, rate, duration_s, tokens, client_core,
-                                                 in_c=client_name == "c")
+                                                 in_c=client_name == "c",
+                                                 module="bare_cb" if client_name == "bare-cb" else "bare_client")
             else:
                 transport = "aiohttp" if client_name == "lg-aio" else "raw"
                 extra, client, chunks = run_loadgen(sim.url, tmp, rate, duration_s, tokens, client_core, transport)

@@ -1,0 +1,141 @@
+"""The bare client, dispatching from its timer's own callback: what a structural change to loadgen's dispatch
+would gain, measured (issue 29 part 3; docs/scale-out.md).
+
+    python -m tests.bench.bare_cb URL RATE_PER_S DURATION_S TOKENS OUT.json [SEED]   (bench_fast client bare-cb)
+
+bare_client.py in every respect (protocol, schedule, pool, output) but one: there, a timer resolves the
+dispatcher's sleep, the dispatcher resumes in the next loop pass and creates the request's task, and that
+task writes in the pass after; each pass first handles every ready read. Here the timerfd's reader callback
+writes every due request itself on a pooled connection, in the pass the timer fires in (a request that finds
+the pool empty opens a connection in a task, as bare_client.py does).
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import sys
+import time
+from urllib.parse import urlsplit
+
+import numpy as np
+import orjson
+import uvloop
+
+from loadgen.client.clock import (CLOCK_MONOTONIC, PR_SET_TIMERSLACK, TFD_CLOEXEC, TFD_NONBLOCK, TFD_TIMER_ABSTIME,
+                                  _Itimerspec)
+from loadgen.client.transport import grow_fd_table
+
+END = b"0\r\n\r\n"
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, pool: list):
+        self.pool, self.transport, self.req = pool, None, None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data: bytes):
+        req = self.req
+        req[2].append(time.monotonic_ns())
+        req[3].append(data)
+        if data.endswith(END):
+            self.req = None
+            req[4].set_result(None)
+            self.pool.append(self)
+
+    def connection_lost(self, exc):
+        if self in self.pool:
+            self.pool.remove(self)
+        if self.req is not None and not self.req[4].done():
+            self.req[4].set_result(None)
+
+
+async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
+    u = urlsplit(url)
+    host, port = u.hostname, u.port
+    loop = asyncio.get_running_loop()
+    n = int(rate * duration_s)
+    offsets = np.cumsum(np.random.default_rng(seed).exponential(1e9 / rate, n)).astype(np.int64)
+    body = orjson.dumps({"model": "m", "prompt": "tok " * 16, "max_tokens": tokens, "stream": True,
+                         "stream_options": {"include_usage": True}})
+    pool: list[Conn] = []
+    grow_fd_table()  # as loadgen does before t0: the kernel's table growth past 256, 512, ... fds stalls a client
+    for _ in range(4):  # warm: a few connections before t0
+        _, c = await loop.create_connection(lambda: Conn(pool), host, port)
+        pool.append(c)
+    # the timerfd as loadgen's TimerfdClock sets it up (1 µs of timer slack), read by a callback that writes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+    tfd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
+    spec = _Itimerspec()
+    reqs = []
+    tasks = []
+    pending_connects = []
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\nX-Request-Id: ")
+
+    def write(conn, i, intended):
+        rid = f"bare-{i:06d}"
+        req = [rid, intended, [], [], loop.create_future(), 0]
+        conn.req = req
+        conn.transport.write(head + rid.encode() + b"\r\n\r\n" + body)
+        req[5] = time.monotonic_ns()
+        reqs.append(req)
+        tasks.append(req[4])
+
+    async def via_new_connection(i, intended):
+        _, conn = await loop.create_connection(lambda: Conn(pool), host, port)
+        write(conn, i, intended)
+
+    t0 = time.monotonic_ns() + 100_000_000
+    due = (t0 + offsets).tolist()
+    state = {"k": 0}
+
+    def arm(ns):
+        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
+        libc.timerfd_settime(tfd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+
+    def fired():
+        try:
+            os.read(tfd, 8)
+        except BlockingIOError:
+            pass
+        now = time.monotonic_ns()
+        k = state["k"]
+        while k < len(due) and due[k] <= now:
+            if pool:
+                write(pool.pop(), k, due[k])
+            else:
+                pending_connects.append(asyncio.ensure_future(via_new_connection(k, due[k])))
+            k += 1
+        state["k"] = k
+        if k < len(due):
+            arm(due[k])
+        else:
+            done.set_result(None)
+
+    done = loop.create_future()
+    loop.add_reader(tfd, fired)
+    cpu0 = os.times()
+    arm(due[0])
+    await done
+    await asyncio.gather(*pending_connects)
+    await asyncio.wait(tasks, timeout=30)
+    cpu1 = os.times()
+    loop.remove_reader(tfd)
+    os.close(tfd)
+    rows = []
+    for rid, intended, stamps, reads, _, sent in reqs:
+        rows.append({"request_id": rid, "intended_ns": intended, "sent_ns": sent, "read_ns": stamps,
+                     "chunks": [d.count(b'"text":') for d in reads]})
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    with open(out, "wb") as f:
+        f.write(orjson.dumps({"cpu_s": cpu_s, "requests": rows}))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
+        main(a[0], float(a[1]), float(a[2]), int(a[3]), a[4], int(a[5]) if len(a) > 5 else 1))
