@@ -1,11 +1,13 @@
 """The bench's C server (tests/bench/fastmock.c, BENCH_SERVER=fastmock) answers loadgen as the simulator's fixed
 mode does, and its truth is true: one truth row per request, every token stamped by the server before the
 client read it (one CLOCK_MONOTONIC on both sides), each token sent at its due time or later. The C reference
-client (tests/bench/cclient.c) reads what it sends."""
+client (tests/bench/cclient.c) and the bare client writing from its timer's callback (bare_cb.py) read what
+fastmock sends."""
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import orjson
 import polars as pl
@@ -47,15 +49,18 @@ def test_fastmock_streams_and_its_truth_holds(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc to build tests/bench/cclient.c")
-def test_the_c_reference_client_reads_every_token_after_it_was_sent(tmp_path):
-    # tests/bench/cclient.c (bench_fast's client `c`): every request sent once, on its Poisson schedule or
-    # after, and each token counted in a read stamped after fastmock sent it
+@pytest.mark.parametrize("client", ["c", "bare-cb"])
+def test_the_reference_clients_read_every_token_after_it_was_sent(tmp_path, client):
+    # tests/bench/cclient.c (bench_fast's client `c`) and bare_cb.py (`bare-cb`, writing from its timer's
+    # callback): every request sent once, on its Poisson schedule or after, and each token counted in a read
+    # stamped after fastmock sent it
     mock = FastMock(tmp_path / "truth.jsonl", ttft_us=TTFT_MS * 1000, itl_us=ITL_MS * 1000)
     url = mock.start()
     try:
-        port = url.rsplit(":", 1)[1]
-        p = subprocess.run([str(build("cclient")), "127.0.0.1", port, "40", "1", str(TOKENS), str(tmp_path / "c.json")],
-                           capture_output=True, text=True, timeout=60)
+        args = ([str(build("cclient")), "127.0.0.1", url.rsplit(":", 1)[1]] if client == "c"
+                else [sys.executable, "-m", "tests.bench.bare_cb", url])
+        p = subprocess.run([*args, "40", "1", str(TOKENS), str(tmp_path / "c.json")], capture_output=True,
+                           text=True, timeout=60)
     finally:
         mock.stop()
     assert p.returncode == 0, p.stderr
