@@ -16,55 +16,16 @@ import ctypes
 import os
 import sys
 import time
-from urllib.parse import urlsplit
 
-import numpy as np
-import orjson
 import uvloop
 
 from loadgen.client.clock import (CLOCK_MONOTONIC, PR_SET_TIMERSLACK, TFD_CLOEXEC, TFD_NONBLOCK, TFD_TIMER_ABSTIME,
                                   _Itimerspec)
-from loadgen.client.transport import grow_fd_table
-
-END = b"0\r\n\r\n"
-
-
-class Conn(asyncio.Protocol):
-    def __init__(self, pool: list):
-        self.pool, self.transport, self.req = pool, None, None
-
-    def connection_made(self, transport):
-        self.transport = transport
-
-    def data_received(self, data: bytes):
-        req = self.req
-        req[2].append(time.monotonic_ns())
-        req[3].append(data)
-        if data.endswith(END):
-            self.req = None
-            req[4].set_result(None)
-            self.pool.append(self)
-
-    def connection_lost(self, exc):
-        if self in self.pool:
-            self.pool.remove(self)
-        if self.req is not None and not self.req[4].done():
-            self.req[4].set_result(None)
+from tests.bench.bare_client import Conn, prepare, write_out
 
 
 async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
-    u = urlsplit(url)
-    host, port = u.hostname, u.port
-    loop = asyncio.get_running_loop()
-    n = int(rate * duration_s)
-    offsets = np.cumsum(np.random.default_rng(seed).exponential(1e9 / rate, n)).astype(np.int64)
-    body = orjson.dumps({"model": "m", "prompt": "tok " * 16, "max_tokens": tokens, "stream": True,
-                         "stream_options": {"include_usage": True}})
-    pool: list[Conn] = []
-    grow_fd_table()  # as loadgen does before t0: the kernel's table growth past 256, 512, ... fds stalls a client
-    for _ in range(4):  # warm: a few connections before t0
-        _, c = await loop.create_connection(lambda: Conn(pool), host, port)
-        pool.append(c)
+    loop, host, port, offsets, body, pool = await prepare(url, rate, duration_s, tokens, seed)
     # the timerfd as loadgen's TimerfdClock sets it up (1 µs of timer slack), read by a callback that writes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
@@ -126,13 +87,7 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     cpu1 = os.times()
     loop.remove_reader(tfd)
     os.close(tfd)
-    rows = []
-    for rid, intended, stamps, reads, _, sent in reqs:
-        rows.append({"request_id": rid, "intended_ns": intended, "sent_ns": sent, "read_ns": stamps,
-                     "chunks": [d.count(b'"text":') for d in reads]})
-    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    with open(out, "wb") as f:
-        f.write(orjson.dumps({"cpu_s": cpu_s, "requests": rows}))
+    write_out(out, reqs, cpu0, cpu1)
 
 
 if __name__ == "__main__":

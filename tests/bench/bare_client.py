@@ -51,7 +51,9 @@ class Conn(asyncio.Protocol):
             self.req[4].set_result(None)
 
 
-async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
+async def prepare(url: str, rate: float, duration_s: float, tokens: int, seed: int):
+    """What every variant of the bare client sets up before t0: (loop, host, port, Poisson offsets in ns, the
+    request body, a pool warmed with a few connections)."""
     u = urlsplit(url)
     host, port = u.hostname, u.port
     loop = asyncio.get_running_loop()
@@ -64,6 +66,22 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     for _ in range(4):  # warm: a few connections before t0
         _, c = await loop.create_connection(lambda: Conn(pool), host, port)
         pool.append(c)
+    return loop, host, port, offsets, body, pool
+
+
+def write_out(out: str, reqs: list, cpu0: os.times_result, cpu1: os.times_result) -> None:
+    """The output every variant writes: the process CPU over the run and, per request, its stamps."""
+    rows = []
+    for rid, intended, stamps, reads, _, sent in reqs:
+        rows.append({"request_id": rid, "intended_ns": intended, "sent_ns": sent, "read_ns": stamps,
+                     "chunks": [d.count(b'"text":') for d in reads]})
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    with open(out, "wb") as f:
+        f.write(orjson.dumps({"cpu_s": cpu_s, "requests": rows}))
+
+
+async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
+    loop, host, port, offsets, body, pool = await prepare(url, rate, duration_s, tokens, seed)
     clock = TimerfdClock()
     reqs = []
     tasks = []
@@ -88,13 +106,7 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     await asyncio.wait(tasks, timeout=30)
     cpu1 = os.times()
     clock.close()
-    rows = []
-    for rid, intended, stamps, reads, _, sent in reqs:
-        rows.append({"request_id": rid, "intended_ns": intended, "sent_ns": sent, "read_ns": stamps,
-                     "chunks": [d.count(b'"text":') for d in reads]})
-    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    with open(out, "wb") as f:
-        f.write(orjson.dumps({"cpu_s": cpu_s, "requests": rows}))
+    write_out(out, reqs, cpu0, cpu1)
 
 
 if __name__ == "__main__":
