@@ -12,25 +12,21 @@ the pool empty opens a connection in a task, as bare_client.py does).
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import sys
 import time
 
 import uvloop
 
-from loadgen.client.clock import (CLOCK_MONOTONIC, PR_SET_TIMERSLACK, TFD_CLOEXEC, TFD_NONBLOCK, TFD_TIMER_ABSTIME,
-                                  _Itimerspec)
+from loadgen.client.clock import TimerfdClock
 from tests.bench.bare_client import Conn, prepare, write_out
 
 
 async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
     loop, host, port, offsets, body, pool = await prepare(url, rate, duration_s, tokens, seed)
-    # the timerfd as loadgen's TimerfdClock sets it up (1 µs of timer slack), read by a callback that writes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-    tfd = libc.timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)
-    spec = _Itimerspec()
+    # loadgen's TimerfdClock (its timerfd, 1 µs of timer slack, its absolute arming), read by a callback of
+    # our own that writes, instead of its sleep_until's futures
+    clock = TimerfdClock()
     reqs = []
     tasks = []
     pending_connects = []
@@ -54,13 +50,9 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     due = (t0 + offsets).tolist()
     state = {"k": 0}
 
-    def arm(ns):
-        spec.it_value.tv_sec, spec.it_value.tv_nsec = divmod(ns, 1_000_000_000)
-        libc.timerfd_settime(tfd, TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
-
     def fired():
         try:
-            os.read(tfd, 8)
+            os.read(clock._fd, 8)
         except BlockingIOError:
             pass
         now = time.monotonic_ns()
@@ -73,20 +65,20 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
             k += 1
         state["k"] = k
         if k < len(due):
-            arm(due[k])
+            clock._arm(due[k])
         else:
             done.set_result(None)
 
     done = loop.create_future()
-    loop.add_reader(tfd, fired)
+    loop.add_reader(clock._fd, fired)
     cpu0 = os.times()
-    arm(due[0])
+    clock._arm(due[0])
     await done
     await asyncio.gather(*pending_connects)
     await asyncio.wait(tasks, timeout=30)
     cpu1 = os.times()
-    loop.remove_reader(tfd)
-    os.close(tfd)
+    loop.remove_reader(clock._fd)
+    clock.close()
     write_out(out, reqs, cpu0, cpu1)
 
 
