@@ -230,12 +230,8 @@ class Prober:
 
     async def mixed(self, batch: int, context: int, prompt_tokens: int, output_tokens: int) -> MixedSample:
         # The prompt is sent once every decode stream has MIXED_AFTER tokens; the engine takes it into its
-        # next step with the B decodes (a prompt that fits the step's token budget: one chunk). That step
-        # ends with the prompt's first token and a token of each decode: per stream, the read nearest the
-        # prompt's first token ends the mixed step and the read before it began it (that read may carry several
-        # tokens: the client, busy sending the prompt, read late, by far less than the step). A stream whose
-        # ending read carried several tokens (a server behind its engine), or with no read near the prompt's
-        # first token (ended), is left out.
+        # next step with the B decodes (a prompt that fits the step's token budget: one chunk). Each decode
+        # stream times that step by its reads (mixed_step); the sample is the median over the streams.
         outs = [_Stream() for _ in range(batch)]
         decodes = [asyncio.ensure_future(self._stream(context, output_tokens, o)) for o in outs]
         try:
@@ -254,22 +250,44 @@ class Prober:
             await asyncio.gather(*decodes, return_exceptions=True)
             raise
         assert prompt.first_ns is not None  # _stream raises for a stream without a token
-        t, steps, contexts = prompt.first_ns, [], []
+        steps, contexts = [], []
         for o in outs:
             reads = _reads(o.token_ns)
-            k = min(range(1, len(reads)), key=lambda i: abs(reads[i][0] - t), default=None)
-            if k is None or reads[k][1] > 1:
-                continue  # the read ending the step also carried the next step's token: too late
-            gap = reads[k][0] - reads[k - 1][0]
-            if abs(reads[k][0] - t) * 2 > gap:
-                continue  # no read of this stream lines up with the prompt's token: not in its step
-            steps.append(gap / 1e9)
-            contexts.append(context + sum(n for _, n in reads[:k]))
+            if (k := mixed_step(reads, prompt.sent_ns, prompt.first_ns)) is not None:
+                steps.append((reads[k][0] - reads[k - 1][0]) / 1e9)
+                contexts.append(context + sum(n for _, n in reads[:k]))
         if not steps:
             raise ShortOverlap(f"mixed probe ({batch} streams of {output_tokens} tokens, {prompt_tokens}-token "
                                "prompt): no stream's reads marked the prompt's step (they had ended, or carried "
                                "several tokens at once)")
         return MixedSample(batch, statistics.fmean(contexts), prompt_tokens, statistics.median(steps))
+
+
+def mixed_step(reads: list[tuple[int, int]], sent_ns: int, first_ns: int) -> int | None:
+    """The index k of the decode stream's read that ends the mixed step (the step began at read k - 1), given
+    its reads (_reads) and the prompt's send and first-token stamps (ns); None where no read times it.
+
+    Between the prompt's send and its first token the stream sees the end of the step the prompt arrived in,
+    perhaps a decode step more (a prompt admitted a step late), then the mixed step, which runs the prompt's
+    compute with the decodes: the longest of them. The read ending it lies near the prompt's first token, on
+    either side (the server writes the streams' chunks in its own order, the client reads its sockets in
+    another: on the simulator the decode's read came 0.1-0.8 ms before the prompt's, and the next decode
+    step's read 0.8-2 ms after; "the read nearest the first token" picked that next read in about one probe
+    of ten, a 1.5 ms "mixed step" that wrecked the fit). So the gaps ending within [send, first token +
+    half the prompt's TTFT] are candidates (the mixed step is at most that TTFT, so a later decode gap in
+    the window is shorter than it) and the longest wins. It is refused when its read carried several
+    tokens (the client read late: the gap spans more than the step) or lies further from the first token
+    than half the gap (no read of this stream lines up with the prompt's token: the stream had ended).
+    """
+    end = first_ns + (first_ns - sent_ns) // 2
+    ks = [k for k in range(1, len(reads)) if sent_ns <= reads[k][0] <= end]
+    if not ks:
+        return None
+    k = max(ks, key=lambda i: reads[i][0] - reads[i - 1][0])
+    gap = reads[k][0] - reads[k - 1][0]
+    if reads[k][1] > 1 or abs(reads[k][0] - first_ns) * 2 > gap:
+        return None
+    return k
 
 
 def token_gaps(token_ns: list[int], lo: int, hi: int) -> list[float]:

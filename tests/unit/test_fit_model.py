@@ -211,6 +211,38 @@ def test_token_gaps_share_a_coalesced_reads_time_among_its_tokens():
     assert token_gaps([5, 5, 5], 0, 10) == []
 
 
+def _decode_reads(ends_us, tokens=None):
+    # a decode stream's reads, (stamp ns, tokens), from the step ends in us
+    return [(int(t * 1e3), (tokens or {}).get(i, 1)) for i, t in enumerate(ends_us)]
+
+
+# (what the stream saw, its reads' step ends in us (one token each unless given), prompt sent us, first token us,
+#  the step expected: (its start, its end) in us, or None)
+MIXED_STEPS = [
+    ("the decode's read just before the prompt's token", [0, 2300, 4600, 50600, 52900], 3000, 50700, (4600, 50600)),
+    ("the client read the prompt's socket first", [0, 2300, 4600, 50720, 53000], 3000, 50700, (4600, 50720)),
+    # the simulator on a quiet host (one probe in ten): the next decode step's read is nearer the prompt's
+    # token than the mixed step's own; nearest-read picked a 1.5 ms "mixed step"
+    ("the next decode read nearer the prompt's token", [0, 2300, 4600, 49900, 51450, 53750], 3000, 50700,
+     (4600, 49900)),
+    ("the prompt admitted a step late", [0, 2300, 4600, 6900, 52900, 55200], 4000, 53000, (6900, 52900)),
+    ("the read ending the step carried two tokens (the client read late)", ([0, 2300, 4600, 50600, 52900],
+     {3: 2}), 3000, 50700, None),
+    ("the stream ended before the prompt's step", [0, 2300, 4600], 3000, 50700, None),
+]
+
+
+@pytest.mark.parametrize("case,ends,sent,first,expected", MIXED_STEPS, ids=[c[0] for c in MIXED_STEPS])
+def test_the_mixed_step_is_the_longest_gap_between_the_prompts_send_and_its_first_token(case, ends, sent, first,
+                                                                                          expected):
+    from loadgen.twin.fit_probe import mixed_step
+
+    reads = _decode_reads(*ends) if isinstance(ends, tuple) else _decode_reads(ends)
+    k = mixed_step(reads, int(sent * 1e3), int(first * 1e3))
+    got = None if k is None else (reads[k - 1][0] // 1000, reads[k][0] // 1000)
+    assert got == expected, case
+
+
 def test_a_mixed_shape_no_stream_can_time_is_left_out_not_the_fit():
     import asyncio
 
