@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from loadgen.client.transport import TransportError
+from loadgen.client.transport import SendsWhenEntered, TransportError
 
 
 class _JumpingSelector(selectors.DefaultSelector):
@@ -87,8 +87,11 @@ class ScriptedTransport:
         self.script_for = script_for  # request_id -> Script
         self.requests: list[tuple[str, dict, bytes]] = []
 
+    def post(self, path: str, headers: dict, body: bytes, row):
+        return SendsWhenEntered(self._post(path, headers, body, row))
+
     @asynccontextmanager
-    async def post(self, path: str, headers: dict, body: bytes, row):
+    async def _post(self, path: str, headers: dict, body: bytes, row):
         self.requests.append((path, headers, body))
         loop = asyncio.get_running_loop()
         row.connected_ns = row.sent_ns = round(loop.time() * 1e9)

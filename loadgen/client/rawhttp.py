@@ -397,7 +397,8 @@ class RawHttpTransport:
     def request(self, method: str, path: str, headers: dict[str, str], body: bytes, row: Row | None) -> _Exchange:
         return _Exchange(self, method, path, headers, body, row)
 
-    async def _connection(self) -> _Conn:
+    def _ready(self) -> _Conn | None:
+        """An idle connection the server has not closed yet, or None."""
         idle = self._idle
         while idle:
             c = idle.pop()   # the most recently used first: the pool keeps its freshest connections busy
@@ -408,6 +409,11 @@ class RawHttpTransport:
             for old in (c, *idle):  # expired, and every connection under it in the pool is older
                 self._release(old, False)
             idle.clear()
+        return None
+
+    async def _connection(self) -> _Conn:
+        if (c := self._ready()) is not None:
+            return c
         try:
             connect: Connect = self._connect or asyncio.get_running_loop().create_connection
             _, conn = await connect(lambda: _Conn(self.max_response_bytes, self.now_ns), self.host, self.port)
@@ -442,21 +448,42 @@ class _Exchange:
         self.conn = None  # type: ignore[assignment]  # until __aenter__
         self.resp = None  # type: ignore[assignment]
 
+    def start(self) -> None:
+        # At the request's due time (the runner's clock callback): written now on a ready connection, in the
+        # loop pass the clock fired in; with none ready, __aenter__ connects and writes
+        conn = self.tr._ready()
+        if conn is None:
+            return
+        self.conn = conn
+        try:
+            self._write(conn)
+        except BaseException:   # (an unencodable header: refused up front) raised again by __aenter__
+            self.conn = None  # type: ignore[assignment]
+            self.tr._release(conn, False)
+
+    def _write(self, conn: _Conn) -> None:
+        tr, row = self.tr, self.row
+        if row is not None:
+            row.connected_ns = tr.now_ns()
+        conn.t, conn.data, conn.wake_any, conn.size = [], [], True, 0
+        cut = row.cut if row is not None else None
+        conn.cut_reached = False
+        conn.cut_events, conn.cut_mark = cut if cut is not None else (0, b"\n\n")
+        extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
+        conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
+                             f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)
+        if row is not None:
+            row.sent_ns = tr.now_ns()
+
     async def __aenter__(self) -> _Response:
         tr, row = self.tr, self.row
-        conn = self.conn = await tr._connection()
+        conn = self.conn
+        written = conn is not None   # by start()
+        if not written:
+            conn = self.conn = await tr._connection()
         try:
-            if row is not None:
-                row.connected_ns = tr.now_ns()
-            conn.t, conn.data, conn.wake_any, conn.size = [], [], True, 0
-            cut = row.cut if row is not None else None
-            conn.cut_reached = False
-            conn.cut_events, conn.cut_mark = cut if cut is not None else (0, b"\n\n")
-            extra = "".join([f"{k}: {v}\r\n" for k, v in self.headers.items()])
-            conn.transport.write(f"{self.method} {tr.prefix}{self.path} HTTP/1.1\r\n{tr._fixed}{extra}"
-                                 f"Content-Length: {len(self.body)}\r\n\r\n".encode("latin-1") + self.body)
-            if row is not None:
-                row.sent_ns = tr.now_ns()
+            if not written:
+                self._write(conn)
             parsed = None
             while parsed is None:
                 raw = b"".join(conn.data)  # usually one read: the same bytes object, no copy

@@ -1,7 +1,10 @@
 """HTTP transports: the contract the runner talks to (Transport, Response) and the aiohttp one (for https;
 rawhttp.RawHttpTransport is the default for http://; tests script their own).
 
-Transport.post(path, headers, body, row) is an async context manager yielding a Response. While it runs,
+Transport.post(path, headers, body, row) is an Exchange: an async context manager yielding a Response,
+with start(), which the runner calls at the request's due time, in the clock's own callback: a transport
+that can writes the request there and then (rawhttp, on a ready connection), before the loop handles
+another socket; the others write when the exchange is entered, from the request's task. While it runs,
 the transport stamps, on the clock it was given (now_ns), `row.connected_ns` (a connection was ready,
 new or reused), `row.sent_ns` (request fully written) and `row.response_ns` (the response head arrived).
 Failures raise TransportError(kind, detail).
@@ -15,7 +18,7 @@ from array import array
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from ssl import SSLContext
-from types import SimpleNamespace
+from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Protocol, Self
 
 import aiohttp
@@ -77,9 +80,37 @@ class Response(Protocol):
         SIGINT/SIGTERM keeps its tokens and first-token time."""
 
 
+class Exchange(Protocol):
+    async def __aenter__(self) -> Response: ...
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None: ...
+
+    def start(self) -> None:
+        """Write the request now if a connection is ready, else leave it to __aenter__ (which connects); never
+        raises: a failure is raised by __aenter__, in the request's task."""
+
+
+class SendsWhenEntered:
+    """An Exchange over any async context manager: it writes when entered (start() does nothing)."""
+    __slots__ = ("_cm",)
+
+    def __init__(self, cm: AbstractAsyncContextManager[Response]):
+        self._cm = cm
+
+    def start(self) -> None:
+        pass
+
+    async def __aenter__(self) -> Response:
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> bool | None:
+        return await self._cm.__aexit__(exc_type, exc, tb)
+
+
 class Transport(Protocol):
-    def post(self, path: str, headers: dict[str, str], body: bytes,
-             row: Row) -> AbstractAsyncContextManager[Response]: ...
+    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> Exchange: ...
 
     async def warm(self, timeout_s: float = 2.0) -> None:
         """Before t0: open a connection and run first-request code paths; failures are ignored."""
@@ -189,8 +220,11 @@ class AiohttpTransport:
         if self._session is not None:
             await self._session.close()
 
+    def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> Exchange:
+        return SendsWhenEntered(self._post(path, headers, body, row))  # aiohttp writes from the request's task
+
     @asynccontextmanager
-    async def post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> AsyncIterator[_Response]:
+    async def _post(self, path: str, headers: dict[str, str], body: bytes, row: Row) -> AsyncIterator[_Response]:
         assert self._session is not None
         try:
             async with self._session.post(self.base_url + path, data=body, headers=headers,

@@ -102,3 +102,30 @@ def test_an_idle_connection_is_reused_only_before_servers_close_theirs(gap_s, co
     assert net.connections == connections
     assert (first is second) == (connections == 1)
     assert first_closed == (connections == 2)   # the expired one was closed by the client, not left open
+
+
+def test_start_writes_at_once_on_a_ready_connection_and_entering_waits_for_the_response():
+    # The runner calls start() in the clock's own callback, at the request's due time: on a kept-alive
+    # connection the request is on the wire before start() returns (no loop pass between); with none ready,
+    # start() writes nothing and entering the exchange connects and writes, as before.
+    net = ScriptedNetwork(lambda req: [(0.01, HEAD + chunk(EV[2]) + b"0\r\n\r\n")])
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        now_ns = lambda: round(loop.time() * 1e9)  # noqa: E731
+        seen = []
+        async with RawHttpTransport("http://127.0.0.1:9", {}, now_ns=now_ns, connect=net.connect) as t:
+            for i in range(2):
+                row = Row(i, f"r{i}", 0, 1, 1)
+                ex = t.post("/v1/completions", {"X-Request-Id": row.request_id}, b"{}", row)
+                ex.start()
+                seen.append((len(net.requests), row.sent_ns))   # written synchronously, or not at all
+                async with ex as resp:
+                    assert (await resp.read()) == EV[2]
+                assert len(net.requests) == i + 1 and row.sent_ns is not None
+        return seen
+
+    seen = run_virtual(go())
+    assert seen[0] == (0, None)                    # no connection yet: __aenter__ connected and wrote
+    assert seen[1][0] == 2 and seen[1][1] is not None  # the kept-alive one: written inside start()
+    assert net.connections == 1 and b"X-Request-Id: r1" in net.requests[1]
