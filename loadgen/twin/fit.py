@@ -20,7 +20,10 @@ that time's center plus the request overhead (below), so client-side noise stays
   decode   batches 1, 2, 4, 8 (<= slots) x contexts 16 and max_model_len / 4, DECODE_TOKENS outputs; a
            shape whose streams overlap for too few steps (fit_probe.ShortOverlap: steps of a fast engine,
            as the simulator's default profile's ~1.5 ms, against the time a busy client takes to start
-           B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length
+           B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length;
+           one that does not overlap even then is left out of that round, not the fit (report
+           `decode_left_out`: shape -> rounds without it; a CPU vLLM beside busy neighbours once served the
+           streams of a shape one after another); with no decode shape timed at all the fit fails
   mixed    a prompt of MIXED_PROMPTS tokens (those that fit one step with the decodes) sent into B = 1 and
            min(4, slots - 1) decoding streams (the decode contexts, MIXED_TOKENS outputs, lengthened like a
            decode shape's): the step that runs both, which a server under load is made of, and which tells
@@ -97,7 +100,8 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
             except ShortOverlap:
                 pass
         pre: dict[int, list[PrefillSample]] = {}
-        dec: dict[tuple[int, int], list[DecodeSample]] = {}
+        dec: dict[tuple[int, int], dict[int, DecodeSample]] = {}       # shape -> round -> sample
+        untimed: dict[tuple[int, int], str] = {}  # a decode shape's last ShortOverlap (its streams never overlapped)
         mix: dict[tuple[int, int, int], dict[int, MixedSample]] = {}   # shape -> round -> sample
         outputs: dict[tuple, int] = {}  # a shape's output tokens, once lengthened
         rounds = 0
@@ -107,7 +111,10 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                     pre.setdefault(n, []).append(await p.prefill(n))
                 for b in batches:
                     for c in contexts:
-                        dec.setdefault((b, c), []).append(await _decode(p, b, c, ctx, outputs))
+                        try:
+                            dec.setdefault((b, c), {})[rounds] = await _decode(p, b, c, ctx, outputs)
+                        except ShortOverlap as e:  # left out of this round, as an untimed mixed shape is
+                            untimed[(b, c)] = str(e)
                 for b, c, n in mixes:
                     if (m := await _mixed(p, b, c, n, ctx, outputs)) is not None:
                         mix.setdefault((b, c, n), {})[rounds] = m
@@ -121,14 +128,19 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
         used_s = o.budget_s - p.left_s()
     r_s = request_overhead_s([s for v in pre.values() for s in v])
     prefill = [_prefill_sample(n, v, r_s) for n, v in pre.items()]
-    decode = [DecodeSample(b, c, v[0].output_tokens, center([s.step_s for s in v])) for (b, c), v in dec.items()]
+    if not any(dec.values()):
+        raise ProbeFailed(f"no decode shape could be timed: {'; '.join(untimed.values())}")
+    decode = [DecodeSample(b, c, next(iter(v.values())).output_tokens, center([s.step_s for s in v.values()]))
+              for (b, c), v in dec.items() if v]
     done = [{k: m for k, m in v.items() if k < rounds} for v in mix.values()]  # complete rounds' samples
     mixed = [MixedSample(b, statistics.fmean(s.context for s in v.values()), n, center([s.step_s for s in v.values()]))
              for (b, _, n), v in zip(mix, done) if v]
-    each = [Round([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values()],
+    each = [Round([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values() if k in v],
                   [v[k] for v in done if k in v]) for k in range(rounds)]
-    return lim, Round(prefill, decode, mixed), each, {"rounds": rounds, "probe_s": round(used_s, 1),
-                                                       "budget_s": o.budget_s}
+    return lim, Round(prefill, decode, mixed), each, {
+        "rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s,
+        "decode_left_out": {f"{b}x{c}": sum(k not in dec.get((b, c), {}) for k in range(rounds))
+                            for b, c in untimed}}
 
 
 _UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; vLLM and SGLang publish none)",
@@ -199,6 +211,7 @@ def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
               description=f"fitted by loadgen fit to {lim.model_name} at {o.url}")
     # The same form fitted to each complete round alone: how far the server's speed moved during the fit,
     # which `loadgen predict` turns into intervals (twin/intervals.py). Fewer than 2 rounds: no interval.
+    each = [r for r in each if r.decode]  # a round whose every decode shape went untimed fits nothing alone
     per_round = [fit(r.prefill, r.decode, lim, r_s, forms=(res.form,), mixed=r.mixed).coefficients
                  for r in each] if len(each) >= 2 else []
     report = {"url": o.url, "form": res.form, "rms_rel": res.rms_rel, "max_abs_rel": res.max_abs_rel,

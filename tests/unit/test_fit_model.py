@@ -265,3 +265,49 @@ def test_a_mixed_shape_no_stream_can_time_is_left_out_not_the_fit():
     assert s.asked == [64, 128, 256] and got.step_s == 0.02 and outputs == {("mixed", 4, 16, 256): 256}
     s = Server(10**6)   # never: None after the longest outputs (DECODE_MAX_TOKENS), and the caller goes on
     assert asyncio.run(fitmod._mixed(s, 4, 16, 256, 4096, {})) is None and s.asked == [64, 128, 256, 512]
+
+
+def test_a_decode_shape_whose_streams_never_overlap_is_left_out_of_its_rounds_not_the_fit(monkeypatch):
+    # A CPU vLLM beside busy neighbours once served a shape's streams one after another ("0 gaps" at every
+    # length): `loadgen fit` failed as a whole. Now that shape is left out of its rounds (as an untimed mixed
+    # shape is), the report says which and in how many rounds, and the fit goes on with the others.
+    from loadgen.twin import fit as fitmod
+    from loadgen.twin.fit_probe import ProbeFailed, ServerLimits, ShortOverlap
+
+    class Prober:  # a fake server: 2 ms + 0.5 ms a sequence a decode step; batch `never` never overlaps
+        never = 8
+
+        def __init__(self, *a, **k):
+            self.budget = 1e9
+
+        async def __aenter__(self):
+            return self
+
+        async def __aexit__(self, *exc):
+            return None
+
+        def left_s(self):
+            return self.budget
+
+        async def limits(self):
+            return ServerLimits("m", 8, 4096, None, None)
+
+        async def prefill(self, n):
+            return PrefillSample(n, 0.003 + 0.0001 * n + 1e-8 * n * n, None)
+
+        async def decode(self, batch, context, n):
+            if batch >= self.never:
+                raise ShortOverlap(f"decode probe ({batch} streams of {n} tokens): 0 gaps")
+            return DecodeSample(batch, context, n, 0.002 + 0.0005 * batch + 1e-7 * batch * context)
+
+        async def mixed(self, batch, context, prompt, n):
+            raise ShortOverlap("untimed")
+
+    monkeypatch.setattr(fitmod, "Prober", Prober)
+    res, report = fitmod.run_fit(fitmod.FitOptions("http://x", rounds=3))
+    assert report["rounds"] == 3 and report["decode_left_out"] == {"8x16": 3, "8x1024": 3}
+    assert {r["batch"] for r in report["residuals"] if r["kind"] == "decode"} == {1, 2, 4}
+    assert res.rms_rel < 0.05 and len(report["rounds_coefficients_us"]) == 3
+    Prober.never = 1   # no shape timed at all: a clear failure, naming why
+    with pytest.raises(ProbeFailed, match="no decode shape could be timed: decode probe .* 0 gaps"):
+        fitmod.run_fit(fitmod.FitOptions("http://x", rounds=2))
