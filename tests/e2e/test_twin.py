@@ -20,6 +20,9 @@ from tests.e2e.conftest import FIGURES
 from tests.e2e.twin_validation import table, validate
 
 
+FIT_WAITED_MAX = 0.25  # the fit's premise: the server's compute thread waited at most this share for a CPU
+
+
 @pytest.fixture(scope="module")
 def validation(llama, tmp_path_factory):
     v = validate(llama.url, llama.proc.pid, tmp_path_factory.mktemp("twin"))
@@ -36,16 +39,22 @@ def validation(llama, tmp_path_factory):
 
 def test_twin_predicts_llama_server(validation):
     v = validation
-    # llama.cpp on a CPU: a one-token step is several times cheaper (multi_token); its mixed steps are described
-    # within a few % by both CPU forms (max or sum of reads and compute: the reads are small beside a prompt)
-    assert v["fit"]["form"] in ("compute", "sum"), v["fit"]
-    assert v["fit"]["rms_rel"] < 0.2, v["fit"]
     assert v["interval_rounds"] >= 2
     for r in v["runs"]:
         if r["fraction"] in (min(v["fractions"]), max(v["fractions"])):   # light load, far past the knee
             assert r["keeps_up"]["predicted"] == r["keeps_up"]["measured"], r
     for r in v["runs"]:
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"]), r
+    # llama.cpp on a CPU: a one-token step is several times cheaper (multi_token); its mixed steps are described
+    # within a few % by both CPU forms (max or sum of reads and compute: the reads are small beside a prompt).
+    # Judged where the host let the server keep its speed during the fit: its compute thread waited for a CPU
+    # at most FIT_WAITED_MAX of its runnable time (docs/twin.md: compute or sum at 1.5, 12 and 25 %; beside
+    # two CPU burners, 34 %, the probes' steps were the host's and the fit chose roofline)
+    if v["fit_waited"] > FIT_WAITED_MAX:
+        pytest.skip(f"the fit's form is not judged: the server waited {v['fit_waited']:.0%} of its runnable time "
+                    f"during the fit (form {v['fit']['form']}, rms {v['fit']['rms_rel']:.1%})")
+    assert v["fit"]["form"] in ("compute", "sum"), v["fit"]
+    assert v["fit"]["rms_rel"] < 0.2, v["fit"]
 
 
 @pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md, With the mixed probe): every probe described "
