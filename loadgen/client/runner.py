@@ -2,8 +2,10 @@
 
 Contract:
 - rows arrive with `intended_ns` absolute (t0 + the plan's offset) and sorted; `bodies[i]` is row i's body;
-- the dispatch loop waits for each row's absolute deadline and starts the request as a task; it never
-  waits for a response, so a slow server cannot slow the schedule;
+- the dispatch runs from the clock's own callback at each row's absolute deadline (Clock.call_at): it
+  starts the request there, the transport writing it at once where it can (Exchange.start: rawhttp on a
+  ready connection), and its task awaits the response; it never waits for a response, so a slow server
+  cannot slow the schedule;
 - overdue rows (the loop was busy past their deadline) are started at once, in plan order, never
   skipped or re-spaced: each one's lag is recorded, and selfcheck.py marks the run invalid when the
   lag or the resulting burst (dispatch-gap CV) departs from the plan;
