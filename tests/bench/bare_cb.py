@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
-import uvloop
 
 from loadgen.client.clock import TimerfdClock
-from tests.bench.bare_client import Conn, prepare, write_out
+from tests.bench.bare_client import Conn, cli, prepare, write_out
 
 
 async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, seed: int = 1) -> None:
@@ -83,6 +81,4 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
 
 
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
-        main(a[0], float(a[1]), float(a[2]), int(a[3]), a[4], int(a[5]) if len(a) > 5 else 1))
+    cli(main)

@@ -109,7 +109,12 @@ async def main(url: str, rate: float, duration_s: float, tokens: int, out: str, 
     write_out(out, reqs, cpu0, cpu1)
 
 
-if __name__ == "__main__":
+def cli(main) -> None:
+    """`python -m` entry of a bare client: URL RATE_PER_S DURATION_S TOKENS OUT.json [SEED] -> main(...) on uvloop."""
     a = sys.argv[1:]
     asyncio.Runner(loop_factory=uvloop.new_event_loop).run(
         main(a[0], float(a[1]), float(a[2]), int(a[3]), a[4], int(a[5]) if len(a) > 5 else 1))
+
+
+if __name__ == "__main__":
+    cli(main)
