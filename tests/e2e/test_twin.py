@@ -17,15 +17,15 @@ from __future__ import annotations
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.twin_validation import table, validate
-
-
-FIT_WAITED_MAX = 0.25  # the fit's premise: the server's compute thread waited at most this share for a CPU
+from tests.e2e.twin_validation import FIT_WAITED_MAX, HostHeld, table, validate
 
 
 @pytest.fixture(scope="module")
 def validation(llama, tmp_path_factory):
-    v = validate(llama.url, llama.proc.pid, tmp_path_factory.mktemp("twin"))
+    try:
+        v = validate(llama.url, llama.proc.pid, tmp_path_factory.mktemp("twin"))
+    except HostHeld as e:
+        pytest.skip(str(e))
     print("\n" + table(v))
     FIGURES["twin coverage (cells inside their 80 % intervals / cells, bound)"] = \
         f"{v['inside']}/{v['cells']} (>= {v['min_inside']})"

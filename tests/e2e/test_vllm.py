@@ -25,12 +25,13 @@ import polars as pl
 import pytest
 
 from loadgen import metrics
+from loadgen.analysis.abandon import FREED_BELOW
 from loadgen.analysis.server_split import TOL_REL
 from loadgen.probe.server_tokenizer import ServerTokenizer
 from loadgen.probe.servers import detect
 from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
-from tests.e2e.vllm_server import MODEL_NAME, serve
+from tests.e2e.vllm_server import MODEL_NAME, VllmServer, serve
 from tests.integration.conftest import loadgen
 
 EXTRA = '[request]\nextra_body = { ignore_eos = true }\n'
@@ -40,7 +41,9 @@ WORKLOADS = Path(__file__).resolve().parents[2] / "workloads"
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    yield from serve(tmp_path_factory, "vllm", figure="vllm: start to healthy, s")
+    # its log names each request's end (test_abandoned_requests_and_whether_vllm_freed_their_slots)
+    yield from serve(tmp_path_factory, "vllm", figure="vllm: start to healthy, s",
+                     extra=("--enable-log-requests", "--enable-log-outputs", "--no-enable-log-deltas"))
 
 
 def workload(tmp_path, name: str, api: str, body: str) -> str:
@@ -295,10 +298,11 @@ def test_sweep_sees_overload_as_tpot_growth(vllm, tmp_path):
     assert rates == [2, 8, 32] or (rates == [2, 8] and "over-saturated" in stopped), (rates, stopped)
     assert all(x["valid"] for x in pts), pts
     base, top = pts[0], pts[-1]
-    vllm_decode, tpot, hits = [], [], []
+    vllm_decode, tpot, hits, late = [], [], [], []
     for x in (base, top):
         d = out / x["dir"]
         s = report(d)
+        late.append(read_run(d).manifest["generator"]["loop_lateness_ms"]["p99"])
         sm = pl.read_parquet(d / "server_metrics.parquet")
         assert sm.filter(pl.col("name") == "vllm:num_requests_waiting")["value"].max() == 0   # never queued
         assert s["server_histograms_ms"]["n"] == 48, s["server_histograms_ms"]
@@ -306,6 +310,12 @@ def test_sweep_sees_overload_as_tpot_growth(vllm, tmp_path):
         tpot.append(x["latency_ms"]["tpot"]["p50"])
         hits.append(round(counter_delta(sm, "vllm:prefix_cache_hits_total")
                           / counter_delta(sm, "vllm:prefix_cache_queries_total"), 2))
+    if max(late) > HELD_BACK_MS:
+        # the premise: a client the host let keep its clock at both judged points. Beside two CPU burners the
+        # base (2/s) once read TTFT p50 914 ms, every stream in one read and completions 11 % behind its offers
+        # ("completions"), the client's loop late by 1.4 s: the host's verdict, not vLLM's
+        pytest.skip(f"the host held the client back (loop lateness p99 {late} ms at the base and top points, "
+                    f"{HELD_BACK_MS} ms judged): saturation is not judged there")
     if vllm_decode[1] <= 2 * vllm_decode[0]:
         # the premise, from vLLM's own decode histogram: its steps slowed at the top point, so overload showed
         # as TPOT. Beside two CPU burners the knee rule once named `completions` alone at the top (8/s, then
@@ -361,22 +371,20 @@ def test_a_second_identical_run_is_still_cold(vllm, tmp_path):
     FIGURES["vllm cold rerun: TTFT p50 ms first/second/warm"] = [round(v, 1) for v in ttft.values()]
 
 
-def _generated_tokens(url: str) -> float:
-    import urllib.request
-    with urllib.request.urlopen(url.removesuffix("/v1") + "/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(None, 1)[-1]) for line in text.splitlines()
-               if line.startswith("vllm:generation_tokens_total"))
-
-
 def test_abandoned_requests_and_whether_vllm_freed_their_slots(vllm, tmp_path):
     # [abandon] (issue 26 item 7): half the requests are closed 300 ms after dispatch, mid-stream. Whether
-    # vLLM freed their slots is judged from its gauges (summary.abandoned.server_slots); the ground truth is
-    # its own generation counter over the run, read before and once it is idle again: a server that stops a
-    # closed request generates about what the client received, one that does not generates every max_tokens.
-    # 256 tokens a request: what a cut request leaves unreceived must dwarf what vLLM generates between the
-    # close and its abort (~30 tokens a request on a busy host; at 96 tokens CI once read 194 extra of 384
-    # unreceived, a hair past the half that tells the two servers apart).
+    # vLLM freed their slots is judged from its gauges (summary.abandoned.server_slots): freed when it held,
+    # on average over the scrapes, less than FREED_BELOW requests more than the client had open.
+    # The ground truth is vLLM's own log, each line stamped with its unix time (vllm_server.TIME_PREFIX): a cut
+    # request ends either in "Request <id> aborted." (it noticed the close and stopped the engine) or in
+    # "Generated response <id> (streaming complete)" (it generated every token). From the client's close to
+    # that line, the request was held for nothing; summed over the cut requests and divided by the verdict's
+    # window, that is the mean excess the gauges estimate, measured by the server itself.
+    # Its generation counter is not that truth (it was before): a busy host delays the front end and the client,
+    # so the engine may have generated a cut request's tokens before the close without the client seeing them;
+    # and a close that comes after the server finished holds nothing.
+    if not isinstance(vllm, VllmServer):
+        pytest.skip("the truth is the server's own log: a vLLM this module started (VLLM_URL is set)")
     wl = workload(tmp_path, "abandon", "chat", """
         [arrivals]
         process = "poisson"
@@ -389,33 +397,58 @@ def test_abandoned_requests_and_whether_vllm_freed_their_slots(vllm, tmp_path):
         share = 0.5
         after_ms = 300
         """)
-    before = _generated_tokens(vllm.url)
     run_, _ = run(vllm, wl, tmp_path / "abandon", "--requests", "24", "--no-calibrate", "--scrape-metrics",
                   "--scrape-interval", "100ms")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:   # idle: nothing running (a request vLLM kept would still count)
-        after = _generated_tokens(vllm.url)
-        time.sleep(2)
-        if _generated_tokens(vllm.url) == after:
-            break
     req = run_.requests
     planned = req.filter(pl.col("abandon_after_ns").is_not_null())
     cut = planned.filter(pl.col("outcome") == "abandoned")
     assert cut.height >= 4 and set(req.filter(pl.col("abandon_after_ns").is_null())["outcome"]) == {"ok"}
     assert set(planned["outcome"]) <= {"abandoned", "ok"}   # an ok one finished before its 300 ms
     s = report(tmp_path / "abandon")
-    slots = s["abandoned"]["server_slots"]
-    received, asked = int(req["output_tokens"].sum()), int(req["max_tokens"].sum())
-    generated = after - before
-    truly_freed = generated - received < 0.5 * (asked - received)
-    FIGURES["vllm abandon: cut / planned"] = [cut.height, planned.height]
-    FIGURES["vllm abandon: tokens generated / received / asked"] = [int(generated), received, asked]
-    FIGURES["vllm abandon: server excess mean, max"] = [round(slots["excess_mean"], 2), slots["excess_max"]]
+    slots = s["abandoned"]["server_slots"] or {"scrapes": 0, "excess_mean": float("nan")}   # None: no scrape
     assert s["errors"]["error_rate"] == 0 and s["requests"]["abandoned"] == cut.filter(~pl.col("warmup")).height
+
+    ended = _ended_in_vllm(vllm, set(req["request_id"]), wait_s=60)
+    assert not {r for r, (how, _) in ended.items() if how == "aborted"} - set(cut["request_id"]), ended
+    t0_s = run_.manifest["t0"]["unix_ns"] / 1e9
+    held = {r: ended[r][1] - (t0_s + d / 1e9) for r, d in zip(cut["request_id"], cut["done_ns"]) if r in ended}
+    held = {r: h for r, h in held.items() if h > 0}   # still running in vLLM at the client's close
+    window_s = (req["done_ns"].max() - cut["done_ns"].min()) / 1e9
+    late = sum(held.values()) / window_s   # requests vLLM held past their close, on average over the window
+    kept = sorted(r for r in held if ended[r][0] == "complete")   # generated to the end after their close
+    FIGURES["vllm abandon: cut / running at the close / aborted by vLLM"] = [
+        cut.height, len(held), sum(ended[r][0] == "aborted" for r in held)]
+    FIGURES["vllm abandon: held past the close, requests on average (log) / excess (gauges)"] = [
+        round(late, 3), round(slots["excess_mean"], 2)]
+    if len(held) < 3:
+        pytest.skip(f"only {len(held)} of {cut.height} cut requests were still running in vLLM at their close "
+                    f"(the host delayed the client's closes past the server's ends): nothing to judge")
     if slots["scrapes"] < 5:
-        # the verdict's premise: the gauges sampled at least 5 times (every 100 ms) between the first cut and the
-        # run's end. A busy host slows the scrapes and the window both (3 once, in a fresh clone's `make test`
-        # with other tests beside it): the verdict is then not judged on so few samples
+        # the gauges sampled at least 5 times (every 100 ms) between the first cut and the run's end. A busy host
+        # slows the scrapes and the window both (3 once, in a fresh clone's `make test` with other tests beside
+        # it): the verdict is then not judged on so few samples
         pytest.skip(f"the host let /metrics be sampled only {slots['scrapes']} times after the first cut "
                     f"(at least 5 judged): {slots}")
-    assert slots["freed"] is truly_freed, (slots, generated, received, asked)
+    if abs(late - FREED_BELOW) < FREED_BELOW / 2:
+        # near the verdict's threshold the gauges' sampling decides: a starved front end notices closes late
+        pytest.skip(f"vLLM held {late:.2f} requests past their close on average (its log), too near "
+                    f"{FREED_BELOW} to judge the gauges' verdict ({slots})")
+    assert slots["freed"] is (late < FREED_BELOW), (slots, late, held, kept)
+
+
+def _ended_in_vllm(vllm: VllmServer, ids: set[str], wait_s: float) -> dict[str, tuple[str, float]]:
+    """Request id -> ("aborted" | "complete", unix s) from vLLM's log (--enable-log-requests --enable-log-outputs),
+    once every request it added has ended there (at most wait_s). vLLM names a request chatcmpl-<X-Request-Id>,
+    and its engine's copy with a suffix of its own."""
+    def ours(vllm_id: str) -> str:
+        return vllm_id if vllm_id in ids else vllm_id.rsplit("-", 1)[0]
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        added = {ours(m[1]) for _, m in vllm.logged(r"Added request chatcmpl-(\S+)\.$")}
+        ended = {ours(m[1]): ("aborted", t) for t, m in vllm.logged(r"Request chatcmpl-(\S+) aborted\.")}
+        ended |= {ours(m[1]): ("complete", t)
+                  for t, m in vllm.logged(r"Generated response chatcmpl-(\S+) \(streaming complete\)")}
+        if added <= ended.keys() or time.monotonic() > deadline:
+            return ended
+        time.sleep(0.5)

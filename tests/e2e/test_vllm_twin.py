@@ -19,7 +19,7 @@ import pytest
 
 from loadgen.twin.intervals import Spread
 from tests.e2e.conftest import FIGURES
-from tests.e2e.twin_validation import Waited, cover, fit_twin, summary, table
+from tests.e2e.twin_validation import HostHeld, Waited, cover, fit_twin, summary, table
 from tests.e2e.vllm_server import MODEL_NAME, VllmServer, serve
 
 SEATS, WHAT_IF_SEATS, BUDGET_TOKENS = 8, 2, 2048
@@ -43,8 +43,11 @@ def validations(tmp_path_factory):
     assert isinstance(srv, VllmServer) and srv.proc is not None
     try:
         waited = Waited(srv.proc.pid, group=True)
-        twin = fit_twin(srv.url, waited, work, "--max-num-seqs", str(SEATS), "--max-batched-tokens", str(BUDGET_TOKENS),
-                        "--budget", FIT_BUDGET)
+        try:
+            twin = fit_twin(srv.url, waited, work, "--max-num-seqs", str(SEATS), "--max-batched-tokens",
+                            str(BUDGET_TOKENS), "--budget", FIT_BUDGET)
+        except HostHeld as e:
+            pytest.skip(str(e))
         fitted = {**summary(twin), **cover(srv.url, waited, work / "fitted", twin.profile, twin.spread,
                                            run_args=("--model", MODEL_NAME))}
     finally:

@@ -8,11 +8,13 @@ server, engine core and their helpers, ~3.5 GiB RSS in all): it gets a session o
 (start_new_session) and stop() signals that process group, SIGTERM then SIGKILL, so nothing is left
 behind. Settings for a 2-core machine: `--enforce-eager` (no graph capture), 1 GiB of KV cache
 (VLLM_CPU_KVCACHE_SPACE), the model's 4,096-token context; vLLM pins its engine to one core and leaves
-the other to the rest (the client). Ready in 36-60 s on an idle machine; its log goes to a file.
+the other to the rest (the client). Ready in 36-60 s on an idle machine; its log goes to a file, every line
+starting with its unix time in seconds (VLLM_LOGGING_PREFIX; `logged()` reads them: vLLM's own clock on its events).
 """
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -31,6 +33,7 @@ STOP_TIMEOUT_S = 30.0
 MODEL_NAME = "tiny"
 # The tiny Llama served as an embedding model: /v1/embeddings, and /v1/rerank scored by embedding similarity
 # (no cross-encoder is needed for the endpoint's shape and counts)
+TIME_PREFIX = "%(created).3f "   # vLLM puts VLLM_LOGGING_PREFIX in its log format: each line's unix time, ms
 POOLING_FLAGS = ("--runner", "pooling", "--convert", "embed")
 CLI = Path(__file__).with_name("vllm_cli.py")
 
@@ -96,7 +99,7 @@ class VllmServer:
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "4096",
                "--dtype", "bfloat16", "--enforce-eager", *self.extra]
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "HF_HUB_OFFLINE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "VLLM_TARGET_DEVICE": "cpu"}
+               "VLLM_NO_USAGE_STATS": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_PREFIX": TIME_PREFIX}
         self._log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
         start = time.monotonic()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -117,6 +120,15 @@ class VllmServer:
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"vLLM did not become healthy within {START_TIMEOUT_S:g} s; log: {self.log_path}")
+
+    def logged(self, pattern: str) -> list[tuple[float, re.Match[str]]]:
+        """The log lines (so far) whose message matches `pattern` (re.search): (unix time in s, the match)."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            stamp, _, rest = line.partition(" ")
+            if (m := re.search(pattern, rest)) and re.fullmatch(r"\d+\.\d+", stamp):
+                out.append((float(stamp), m))
+        return out
 
     def stop(self) -> int | None:
         """SIGTERM to the server's process group, SIGKILL after STOP_TIMEOUT_S; its exit code."""
