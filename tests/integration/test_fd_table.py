@@ -9,6 +9,8 @@ import sys
 
 import orjson
 
+from tests.integration.conftest import RELAXED_SELFCHECK
+
 CHECK = """
 import os, orjson, resource, sys
 from loadgen.client.transport import FD_TABLE_MAX, grow_fd_table
@@ -43,10 +45,11 @@ def test_the_table_is_capped_by_the_limit_and_by_fd_table_max():
 
 
 def test_a_run_grows_the_table_before_t0(tmp_path):
-    # through `loadgen run` (its own simulator): the table is as large as the limit allows when the run ends
+    # through `loadgen run` (its own simulator): the table is as large as the limit allows when the run ends.
+    # The self-check relaxed: beside two CPU burners these 3 requests once ended invalid (exit 3), the host's verdict
     script = (f"from loadgen.cli.main import main\n"
               f"rc = main(['run', 'workloads/quickstart.toml', '--out', {str(tmp_path / 'r')!r}, '--quiet', "
-              f"'--requests', '3', '--warmup-requests', '0', '--no-calibrate'])\n"
+              f"'--requests', '3', '--warmup-requests', '0', '--no-calibrate', *{RELAXED_SELFCHECK!r}])\n"
               "import resource\n"
               "from loadgen.client.transport import FD_TABLE_MAX\n"
               "size = int(next(l for l in open('/proc/self/status') if l.startswith('FDSize:')).split()[1])\n"

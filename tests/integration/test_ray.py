@@ -63,16 +63,23 @@ def test_two_ray_actors_on_a_loopback_only_cluster(tmp_path):
     assert s["requests"] == {"scheduled": 40, "ok": 40, "failed": 0, "dropped": 0, "abandoned": 0}
     req = read_run(out).requests
     assert set(req["worker"]) == {0, 1} and req["idx"].to_list() == list(range(40))
-    # the parts came back from the actors: every request reached the server once, each at its planned time
-    # within the self-check's own measure of lateness (both workers started from the one wall-clock instant)
+    # the parts came back from the actors: every request reached the server once, when its actor says it
+    # dispatched it, on the run's one timeline (both workers started from the one wall-clock instant)
     t0 = m["t0"]["monotonic_ns"]
     truth = pl.DataFrame(read_truth(out / "sim_truth.parquet")).select("request_id", "arrival_ns")
     j = req.join(truth, on="request_id")
     assert j.height == 40
     late_ms = (j["arrival_ns"] - t0 - j["intended_ns"]) / 1e6
+    after_dispatch_ms = (j["arrival_ns"] - t0 - j["dispatched_ns"]) / 1e6
     # an actor starts from a wall-clock instant: its start is known only within its measured round trip
     rtt_ms = max(x["rtt_ms"] for x in ray["nodes"])
-    assert late_ms.min() >= -rtt_ms and late_ms.median() < 50, (late_ms.describe(), rtt_ms)
+    assert late_ms.min() >= -rtt_ms, (late_ms.describe(), rtt_ms)
+    assert after_dispatch_ms.min() >= -rtt_ms and after_dispatch_ms.median() < 50, (after_dispatch_ms.describe(),
+                                                                                    rtt_ms)
+    # at its planned time, where the host let the actors keep their clocks: beside two CPU burners both were
+    # starved (their self-checks said so), dispatching 0.9 s late at the median and arriving 10 ms after that
+    if not m["generator"]["cause"].startswith("starved"):
+        assert late_ms.median() < 50, (late_ms.describe(), m["generator"])
     # the same folder as one process's run of the same workload (tests/integration/test_modes.py)
     one = tmp_path / "one"
     p = loadgen("run", w, "--out", str(one), *shlex.split(FLAGS), timeout=120)
