@@ -445,7 +445,7 @@ def _ended_in_vllm(vllm: VllmServer, ids: set[str], wait_s: float) -> dict[str, 
 
     deadline = time.monotonic() + wait_s
     while True:
-        added = {ours(m[1]) for _, m in vllm.logged(r"Added request chatcmpl-(\S+)\.$")}
+        added = {ours(m[1]) for _, m in vllm.logged(r"Added request chatcmpl-(\S+)\.$")} & ids   # this run's
         ended = {ours(m[1]): ("aborted", t) for t, m in vllm.logged(r"Request chatcmpl-(\S+) aborted\.")}
         ended |= {ours(m[1]): ("complete", t)
                   for t, m in vllm.logged(r"Generated response chatcmpl-(\S+) \(streaming complete\)")}
