@@ -7,10 +7,11 @@ import orjson
 import polars as pl
 
 from loadgen.results.folder import read_run
-from tests.integration.conftest import loadgen, report_json, skip_if_host_stalled, workload
+from tests.integration.conftest import host_lateness_ms, loadgen, report_json, workload
 
 SESSIONS, TURNS, MAX_ROUNDS = 6, 6, 2
 LATENCY_MIN_MS = 100
+ON_TIME_MS = 50   # a turn reaches the simulator within this of its intended time, where the host allows
 AGENTIC = f"""
 [request]
 tools = {{ generate = 2, parameters = 3 }}
@@ -76,10 +77,14 @@ def check(out, r, rows, plan) -> list[int]:
         assert row["intended_ns"] >= due
         if prepare_max_ms * 1e6 < (p["tool_latency_ns"] if expected else p["think_ns"]):
             assert row["intended_ns"] == due
-    # it was sent then: the simulator saw it arrive within a few ms of its intended time
-    skip_if_host_stalled(out)
+    # it was sent then: the simulator saw it arrive within a few ms of its intended time (never before it), judged
+    # where the host let the client and the simulator keep their clocks, by the max: one park moves one request
+    # (beside two CPU burners: 91 ms once, where the loop's lateness p99 stayed under 20 ms). The checks above
+    # hold on any host, so the callers' go on either way.
     lag_ms = ((rows["arrival_ns"] - (rows["intended_ns"] + r.manifest["t0"]["monotonic_ns"])) / 1e6)
-    assert lag_ms.min() >= 0 and lag_ms.max() < 50, lag_ms.describe()
+    assert lag_ms.min() >= 0, lag_ms.describe()
+    if max(host_lateness_ms(out, "max").values()) <= ON_TIME_MS:
+        assert lag_ms.max() < ON_TIME_MS, (lag_ms.describe(), host_lateness_ms(out, "max"))
     return rows["tool_round"].to_list()
 
 
