@@ -8,7 +8,8 @@ parsing (status line, headers, chunked framing) is done after the stream, from t
 
 Scope: plain http:// (https goes through aiohttp), one request per connection at a time, keep-alive
 with no pool limit (an idle connection is reused, else a new one is opened: nothing queues; one idle for
-IDLE_EXPIRY_NS is closed instead, before the server's own keep-alive timeout can race a request), responses
+IDLE_EXPIRY_NS is closed instead, before the server's own keep-alive timeout can race a request, and so is
+one whose FIN the kernel holds unread, `_unread`), responses
 framed by `Transfer-Encoding: chunked`, `Content-Length`, or connection close. Bounds: a head over
 MAX_HEAD_BYTES is a bad_response; a response over MAX_RESPONSE_BYTES is cut off (response_too_large,
 what arrived is kept); malformed status lines, lengths and chunk sizes are bad_response.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import select
 import time
 from array import array
 from collections.abc import Awaitable, Callable
@@ -404,11 +406,15 @@ class RawHttpTransport:
             c = idle.pop()   # the most recently used first: the pool keeps its freshest connections busy
             if c.closed:
                 continue
-            if self.now_ns() - c.idle_since_ns < IDLE_EXPIRY_NS:
-                return c
-            for old in (c, *idle):  # expired, and every connection under it in the pool is older
-                self._release(old, False)
-            idle.clear()
+            if self.now_ns() - c.idle_since_ns >= IDLE_EXPIRY_NS:
+                for old in (c, *idle):  # expired, and every connection under it in the pool is older
+                    self._release(old, False)
+                idle.clear()
+                break
+            if _unread(c):
+                self._release(c, False)
+                continue
+            return c
         return None
 
     async def _connection(self) -> _Conn:
@@ -431,6 +437,20 @@ class RawHttpTransport:
             self._all.discard(conn)
             if conn.transport is not None:
                 conn.transport.close()
+
+
+def _unread(conn: _Conn) -> bool:
+    """Whether the kernel holds something unread on an idle connection: the server's FIN (or stray bytes).
+    A starved loop runs the dispatch (the clock's callback) before it reads the FIN that closed a kept-alive
+    connection, and its idle time, counted from when the loop got to the last response, can be seconds short
+    of the server's: a request written then is lost before its head (beside two CPU burners, once, against
+    vLLM). One poll(2) with no wait, per reuse; a scripted transport has no socket."""
+    sock = conn.transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    p = select.poll()
+    p.register(sock.fileno(), select.POLLIN)
+    return bool(p.poll(0))
 
 
 class _Exchange:

@@ -1,7 +1,10 @@
 """The raw HTTP transport end to end on a scripted network (no sockets) and a virtual clock: each read is
 stamped when it lands, the body is split back per read, connections are reused or not as HTTP says, and
-a body cut short keeps what arrived."""
+a body cut short keeps what arrived. One test on a loopback socket: a FIN the loop has not read yet."""
 import asyncio
+import socket
+import threading
+import time
 
 import pytest
 
@@ -129,3 +132,46 @@ def test_start_writes_at_once_on_a_ready_connection_and_entering_waits_for_the_r
     assert seen[0] == (0, None)                    # no connection yet: __aenter__ connected and wrote
     assert seen[1][0] == 2 and seen[1][1] is not None  # the kept-alive one: written inside start()
     assert net.connections == 1 and b"X-Request-Id: r1" in net.requests[1]
+
+
+def test_a_kept_alive_connection_the_server_closed_unread_is_not_reused():
+    # A starved loop runs the dispatch before it reads the FIN of a server that closed an idle kept-alive
+    # connection (its idle clock started when it sent the response; the client's when its loop got to it):
+    # start() must not write on that connection, but open another. A real loopback socket: the FIN lands in
+    # the kernel while the loop is blocked (time.sleep), unread, as on a host that does not run the loop.
+    srv = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    close_now = threading.Event()
+
+    def serve():
+        for _ in range(2):
+            c, _ = srv.accept()
+            accepted.append(c)
+            c.recv(65536)
+            c.sendall(HEAD + chunk(EV[2]) + b"0\r\n\r\n")
+            if len(accepted) == 1:
+                close_now.wait(5)
+                c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    async def go():
+        async with RawHttpTransport(f"http://127.0.0.1:{srv.getsockname()[1]}", {}) as t:
+            answers = []
+            for i in range(2):
+                row = Row(i, f"r{i}", 0, 1, 1)
+                ex = t.post("/v1/completions", {"X-Request-Id": row.request_id}, b"{}", row)
+                ex.start()   # as the runner's _due: in the same callback as what came before
+                async with ex as resp:
+                    answers.append(await resp.read())
+                close_now.set()
+                time.sleep(0.2)   # the loop does not run: the server's FIN arrives, unread
+            return answers
+
+    try:
+        assert asyncio.run(go()) == [EV[2], EV[2]]
+        assert len(accepted) == 2   # the second request on a new connection
+    finally:
+        srv.close()
+        for c in accepted:
+            c.close()
