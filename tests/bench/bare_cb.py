@@ -15,7 +15,6 @@ import asyncio
 import os
 import time
 
-
 from loadgen.client.clock import TimerfdClock
 from tests.bench.bare_client import Conn, cli, prepare, write_out
 

@@ -445,10 +445,17 @@ def _ended_in_vllm(vllm: VllmServer, ids: set[str], wait_s: float) -> dict[str, 
 
     deadline = time.monotonic() + wait_s
     while True:
-        added = {ours(m[1]) for _, m in vllm.logged(r"Added request chatcmpl-(\S+)\.$")} & ids   # this run's
-        ended = {ours(m[1]): ("aborted", t) for t, m in vllm.logged(r"Request chatcmpl-(\S+) aborted\.")}
-        ended |= {ours(m[1]): ("complete", t)
-                  for t, m in vllm.logged(r"Generated response chatcmpl-(\S+) \(streaming complete\)")}
-        if added <= ended.keys() or time.monotonic() > deadline:
+        added, ended = set(), {}
+        for t, m in vllm.logged(_LIFE):   # one read of the log a poll
+            if m.lastgroup == "added":
+                added.add(ours(m["added"]))
+            else:
+                ended[ours(m[m.lastgroup])] = (m.lastgroup, t)
+        if added & ids <= ended.keys() or time.monotonic() > deadline:   # this run's requests, not the module's
             return ended
         time.sleep(0.5)
+
+
+# a request's lines in vLLM's log: added to the engine; then aborted (the client went away) or its stream done
+_LIFE = (r"Added request chatcmpl-(?P<added>\S+)\.$|Request chatcmpl-(?P<aborted>\S+) aborted\."
+         r"|Generated response chatcmpl-(?P<complete>\S+) \(streaming complete\)")

@@ -46,12 +46,6 @@ METRICS = ("ttft", "tpot", "e2e")
 QUANTILES = ("p50", "p99")
 
 
-def fit(url: str, out: Path, *args: str) -> dict:
-    p = loadgen("fit", "--url", url, "--out", str(out), "--format", "json", *args, timeout=420)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return orjson.loads(p.stdout)
-
-
 # The measurement keeps running when the host parks the client now and then (send lag is a client fault the
 # self-check flags, not what the twin is judged on): the table still shows what the server did. Past the
 # knee llama-server may close a queued connection before answering (a fresh clone's run at 2x capacity: 1
@@ -178,25 +172,28 @@ class Twin:
 
 
 def fit_twin(url: str, waited: Waited, work: Path, *fit_args: str) -> Twin:
+    """`loadgen fit` the server: its twin with at least 2 rounds (intervals), else HostHeld when the server
+    waited more than FIT_WAITED_MAX of its runnable time for a CPU meanwhile (beside two CPU burners a CPU vLLM
+    once kept no round in 130 s, and once could not finish its first in 120 s), else an AssertionError."""
+    out = work / "profile.toml"
     waited.start()
-    try:
-        report = fit(url, work / "profile.toml", *fit_args)
-    except AssertionError as e:   # beside two CPU burners a CPU vLLM once could not finish one round in 120 s
-        if (share := waited.share()) > FIT_WAITED_MAX:
-            raise HostHeld(f"the fit failed, the server waiting {share:.0%} of its runnable time for a CPU: "
-                           f"{str(e)[-500:]}") from None
-        raise
+    p = loadgen("fit", "--url", url, "--out", str(out), "--format", "json", *fit_args, timeout=420)
     share = waited.share()
-    profile = load_profile(str(work / "profile.toml"))
-    spread = load_spread(str(work / "profile.toml"), profile)
-    if len(spread.rounds) < 2:
-        what = (f"the fit kept {len(spread.rounds)} complete rounds in {report['probe_s']} s: no intervals; decode "
-                f"probes: " + ", ".join(f"batch {r['batch']} ctx {r['prompt_tokens']} x {r['output_tokens']} tokens"
-                                        for r in report["residuals"] if r["kind"] == "decode"))
-        if share > FIT_WAITED_MAX:   # beside two CPU burners a CPU vLLM once kept none in 130 s
-            raise HostHeld(f"{what}; the server waited {share:.0%} of its runnable time for a CPU")
-        raise AssertionError(what)
-    return Twin(report, profile, spread, share)
+    if p.returncode:
+        problem = p.stderr[-3000:]
+    else:
+        report = orjson.loads(p.stdout)
+        profile = load_profile(str(out))
+        spread = load_spread(str(out), profile)
+        if len(spread.rounds) >= 2:
+            return Twin(report, profile, spread, share)
+        problem = (f"the fit kept {len(spread.rounds)} complete rounds in {report['probe_s']} s: no intervals; "
+                   f"decode probes: " + ", ".join(f"batch {r['batch']} ctx {r['prompt_tokens']} x "
+                                                  f"{r['output_tokens']} tokens"
+                                                  for r in report["residuals"] if r["kind"] == "decode"))
+    if share > FIT_WAITED_MAX:
+        raise HostHeld(f"{problem}; the server waited {share:.0%} of its runnable time for a CPU")
+    raise AssertionError(problem)
 
 
 def cover(url: str, waited: Waited, work: Path, profile: Profile, spread: Spread, fractions=FRACTIONS,
