@@ -130,6 +130,7 @@ class Scraper:
         self.texts: list[tuple[int, str]] = []
         self.scrapes = self.errors = 0
         self.last_error: str | None = None
+        self._stop = asyncio.Event()
 
     async def scrape_once(self, session: aiohttp.ClientSession) -> None:
         try:
@@ -145,14 +146,22 @@ class Scraper:
             self.last_error = f"{self.source}: {type(e).__name__}: {e}"
 
     async def run(self) -> None:
-        """Until cancelled; one last sample is taken by `sample`."""
+        """Every interval until stop(). A scrape in flight then is finished, not cancelled (its timeout bounds
+        it): what the endpoint served is read, never lost between its answer and our read. One last sample
+        is taken by `sample`."""
         timeout = aiohttp.ClientTimeout(total=max(2.0, self.interval_s * 4))
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            self._session = session
-            while True:
+            while not self._stop.is_set():
                 start = time.monotonic()
                 await self.scrape_once(session)
-                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - start)))
+                try:
+                    await asyncio.wait_for(self._stop.wait(), max(0.0, self.interval_s - (time.monotonic() - start)))
+                except TimeoutError:
+                    pass
+
+    def stop(self) -> None:
+        """Ends run() after the scrape in flight, if any."""
+        self._stop.set()
 
     def latest_gauges(self) -> dict[str, float]:
         """The live gauges of the latest scrape ({} before the first)."""

@@ -276,7 +276,7 @@ async def _end_scrape(scraper: Scraper | None, task: asyncio.Task | None, writer
     """Stop the /metrics sampler, write server_metrics.parquet; the manifest's `scrape` section."""
     if scraper is None or task is None:
         return None
-    task.cancel()
+    scraper.stop()
     await asyncio.gather(task, return_exceptions=True)
     await scraper.sample()
     frame = scraper.frame()
@@ -305,8 +305,8 @@ async def _end_telemetry(scrapers: list[Scraper], tasks: list[asyncio.Task], wri
     without endpoints). A failing endpoint is counted and said, never fatal."""
     if not scrapers:
         return None
-    for task in tasks:
-        task.cancel()
+    for sc in scrapers:
+        sc.stop()
     await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.gather(*(sc.sample() for sc in scrapers))
     frame = telemetry_frame(scrapers)
