@@ -81,7 +81,10 @@ class _Conn(asyncio.Protocol):
         if self.cut_events:  # only a request to abandon after N tokens counts its events
             self.cut_events -= min(self.cut_events, data.count(self.cut_mark))
             if not self.cut_events:
+                # closed here, in the read that reached the count: no later read is received, however late
+                # the waiting task runs (a starved loop once let a 12th token in after an 11-token cut)
                 self.cut_reached = True
+                self.transport.close()
         d = self.done
         if d is not None and (self.wake_any or self.cut_reached or data.endswith(_END_CHUNKED)) and not d.done():
             d.set_result(None)

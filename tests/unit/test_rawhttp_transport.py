@@ -81,6 +81,32 @@ def test_a_body_cut_short_is_a_reset_that_keeps_what_arrived():
     assert reads == EV[:2] and [round(s - row.sent_ns / 1e6, 6) for s in stamps_ms] == [50.0, 60.0]
 
 
+def test_a_stream_cut_after_n_events_receives_nothing_after_the_read_that_reached_n():
+    # [abandon] after_tokens: the read that completes the 2nd event reaches the count. The 3rd event lands in
+    # the same loop pass, before the request's task runs (a starved loop): it must not be received (once, an
+    # 11-token cut kept a 12th token). The connection is closed in that read's callback.
+    events = [b"data: a\n\n", b"data: b\n\n", b"data: c\n\n", b"data: d\n\n"]
+    net = ScriptedNetwork(lambda req: [(0.010, HEAD + chunk(events[0])), (0.020, chunk(events[1])),
+                                       (0.0200000005, chunk(events[2])), (0.030, chunk(events[3]))])
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        now_ns = lambda: round(loop.time() * 1e9)  # noqa: E731
+        async with RawHttpTransport("http://127.0.0.1:9", {}, now_ns=now_ns, connect=net.connect) as t:
+            row = Row(0, "r0", 0, 1, 4)
+            row.cut = (2, b"\n\n")
+            async with t.post("/v1/completions", {}, b"{}", row) as resp:
+                try:
+                    await resp.stamped()
+                    kind = None
+                except TransportError as e:
+                    kind = e.kind
+                return kind, resp.received()[1], resp._conn.transport.closed
+
+    kind, reads, closed = run_virtual(go())
+    assert kind == "abandoned" and reads == events[:2] and closed
+
+
 @pytest.mark.parametrize("gap_s, connections", [(3.9, 1), (4.1, 2)])
 def test_an_idle_connection_is_reused_only_before_servers_close_theirs(gap_s, connections):
     # vLLM (uvicorn) and llama-server (cpp-httplib) close a connection idle for 5 s; a request written on
