@@ -79,11 +79,14 @@ def check(out, r, rows, plan) -> list[int]:
             assert row["intended_ns"] == due
     # it was sent then: the simulator saw it arrive within a few ms of its intended time (never before it), judged
     # where the host let the client and the simulator keep their clocks, by the max: one park moves one request
-    # (beside two CPU burners: 91 ms once, where the loop's lateness p99 stayed under 20 ms). The checks above
-    # hold on any host, so the callers' go on either way.
+    # (beside two CPU burners: 91 ms once, where the loop's lateness p99 stayed under 20 ms), and where loadgen's
+    # self-check does not name the host (beside two burners and two test suites: the process had 8 % of a core,
+    # its first two turns were dispatched 147-157 ms late, before its lateness probe's first sample). The checks
+    # above hold on any host, so the callers' go on either way.
     lag_ms = ((rows["arrival_ns"] - (rows["intended_ns"] + r.manifest["t0"]["monotonic_ns"])) / 1e6)
     assert lag_ms.min() >= 0, lag_ms.describe()
-    if max(host_lateness_ms(out, "max").values()) <= ON_TIME_MS:
+    starved = (r.manifest["generator"].get("cause") or "").startswith("starved")
+    if not starved and max(host_lateness_ms(out, "max").values()) <= ON_TIME_MS:
         assert lag_ms.max() < ON_TIME_MS, (lag_ms.describe(), host_lateness_ms(out, "max"))
     return rows["tool_round"].to_list()
 

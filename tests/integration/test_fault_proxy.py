@@ -30,8 +30,11 @@ def _run(tmp_path, proxy_url: str, request_timeout: str = "2s") -> tuple[pl.Data
     assert req["outcome"].null_count() == 0
     assert req["dispatched_ns"].null_count() == 0                          # the schedule was kept
     # a dispatcher held up by the faulty server would lag a whole request timeout per request queued
-    # behind it; a busy host (the suite may share two cores with other work) lags far less than one
-    assert manifest["generator"]["send_lag_p99_ms"] < parse_duration_ns(request_timeout) / 1e6
+    # behind it; a busy host (the suite may share two cores with other work) lags far less than one, unless
+    # loadgen's own self-check names the host as the cause (beside two CPU burners: a process given 8 % of a
+    # core for 5 s sent all 12 requests in one burst 4.7-5.0 s late, before any had been answered)
+    lag_ms, cause = manifest["generator"]["send_lag_p99_ms"], manifest["generator"].get("cause") or ""
+    assert lag_ms < parse_duration_ns(request_timeout) / 1e6 or cause.startswith("starved"), (lag_ms, cause)
     return req, manifest
 
 
