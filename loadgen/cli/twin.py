@@ -20,8 +20,10 @@ def add_parsers(sub) -> None:
     f.add_argument("--budget", default="60s", metavar="DURATION", help="time bound of the probes (default 60s)")
     f.add_argument("--rounds", type=int, metavar="N",  # default: fit.ROUNDS (imported lazily: a fast start)
                    help="rounds of probes at most (default 8; fewer when the budget ends first)")
-    f.add_argument("--max-num-seqs", type=int, metavar="N", help="slots / max batch when /props does not say")
-    f.add_argument("--max-model-len", type=int, metavar="N", help="tokens per slot when /props does not say")
+    f.add_argument("--max-num-seqs", type=int, metavar="N",
+                   help="slots (default: llama.cpp's /props total_slots, else probed: vLLM and SGLang publish none)")
+    f.add_argument("--max-model-len", type=int, metavar="N",
+                   help="tokens per slot (default: llama.cpp's /props, else max_model_len in /v1/models)")
     f.add_argument("--max-batched-tokens", type=int, default=2048, metavar="N",
                    help="tokens per engine step (llama.cpp -b, default 2048)")
     f.add_argument("--extra-body", metavar="JSON", help="fields added to every probe request (JSON object)")

@@ -13,7 +13,8 @@ that time's center plus the request overhead (below), so client-side noise stays
 
   limits   what the server publishes (probe/discover.published_limits): slots (max_num_seqs) from
            llama.cpp's /props, tokens per slot (max_model_len) from its /props or from /v1/models
-           (vLLM, SGLang, the simulator); --max-num-seqs / --max-model-len override them; the per-step
+           (vLLM, SGLang, the simulator); --max-num-seqs / --max-model-len override them; slots that nothing
+           publishes (vLLM, SGLang) are probed (fit_probe: seats; report `max_num_seqs_from`); the per-step
            token budget max_num_batched_tokens from --max-batched-tokens (default 2048, llama.cpp's
            n_batch: no server publishes it)
   prefill  PREFILL_PROMPTS (those that fit in a slot with one output token), one at a time
@@ -80,21 +81,21 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
     """(limits, the rounds' centers per shape, each complete round's own samples, info)."""
     async with Prober(o.url, o.budget_s, o.extra_body, headers=dict(o.headers), tls=o.tls) as p:
         srv = await p.limits()
-        slots = o.max_num_seqs or srv.slots
         ctx = o.max_model_len or srv.ctx_per_slot
-        if not slots or not ctx:
-            missing = [f for f, v in (("--max-num-seqs", slots), ("--max-model-len", ctx)) if not v]
-            known = f" (its max_model_len {ctx} is read from /v1/models)" if ctx and not o.max_model_len else ""
-            raise ProbeFailed(f"{o.url}: the server does not publish its "
-                              f"{' and '.join(_UNPUBLISHED[f] for f in missing)}{known}: give {' and '.join(missing)}")
+        if not ctx:
+            raise ProbeFailed(f"{o.url}: the server does not publish its context per slot (llama.cpp's /props "
+                              "n_ctx, or max_model_len in /v1/models): give --max-model-len")
+        await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
+        # the slots: the flag, else what the server publishes (llama.cpp), else probed (vLLM, SGLang publish none)
+        slots, slots_from = ((o.max_num_seqs, "--max-num-seqs") if o.max_num_seqs else
+                             (srv.slots, "published") if srv.slots else (await p.seats(), "probed"))
         lim = EngineLimits(srv.model, slots, o.max_batched_tokens, ctx, srv.n_params, srv.size_bytes)
         prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
         contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
         mixes = [(b, c, n) for b in sorted({1, min(4, slots - 1)}) if b >= 1 for c in contexts
                  for n in MIXED_PROMPTS if n + b <= o.max_batched_tokens and n + 2 <= ctx]
-        await p.prefill(16)  # warm-up (first request of a fresh server: allocations, caches)
-        for b in batches:    # and each batch size once (a fresh vLLM on a CPU stalls on each new shape)
+        for b in batches:    # each batch size once (a fresh vLLM on a CPU stalls on each new shape)
             try:
                 await p.decode(b, 16, DECODE_TOKENS)
             except ShortOverlap:
@@ -138,13 +139,9 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
     each = [Round([_prefill_sample(n, [v[k]], r_s) for n, v in pre.items()], [v[k] for v in dec.values() if k in v],
                   [v[k] for v in done if k in v]) for k in range(rounds)]
     return lim, Round(prefill, decode, mixed), each, {
-        "rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s,
+        "rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s, "max_num_seqs_from": slots_from,
         "decode_left_out": {f"{b}x{c}": sum(k not in dec.get((b, c), {}) for k in range(rounds))
                             for b, c in untimed}}
-
-
-_UNPUBLISHED = {"--max-num-seqs": "slot count (llama.cpp's /props total_slots; vLLM and SGLang publish none)",
-                "--max-model-len": "context per slot (llama.cpp's /props n_ctx, or max_model_len in /v1/models)"}
 
 
 async def _lengthened(probe, key: tuple, first: int, longest: int, outputs: dict[tuple, int]):

@@ -11,6 +11,10 @@ what a client sees (HTTP, tokenization, sampling), not only the engine's kernels
   decode   B streams started together, prompts of P token ids, N output tokens each (exact: ignore_eos):
            DecodeSample(B, P, N, step_s = trimmed mean token gap while all B streams decode); fewer than
            MIN_OVERLAP_STEPS x B such gaps raise ShortOverlap (fit.py then asks for longer streams)
+  seats    where the server publishes no slot count (vLLM, SGLang): K streams sent together (16-token
+           prompts, SEAT_TOKENS outputs) while its /metrics running and waiting gauges are read every
+           SEAT_POLL_S; the most running at once, where others waited then, is the seat count (seats_seen).
+           All K ran at once: K doubled, up to SEAT_MAX; the reads missed the peak: the outputs doubled
   mixed    B streams decoding (prompts of C token ids, N outputs); once each has MIXED_AFTER tokens, one
            prompt of P token ids with 1 output token: the engine runs that prompt in a step with the B
            decodes. MixedSample(B, context = the decodes' mean context then, P, step_s = the decodes' gap
@@ -42,9 +46,14 @@ import orjson
 from loadgen.client.backends.sse import SSEParser
 from loadgen.errors import LoadgenError
 from loadgen.probe.discover import published_limits
+from loadgen.probe.scrape import RUNNING, gauges, metrics_url
 
 MIN_OVERLAP_STEPS = 8  # a decode probe needs this many steps (per stream) with every stream decoding
 MIXED_AFTER = 8        # the mixed probe's prompt is sent once every decode stream has this many tokens
+SEAT_START, SEAT_MAX = 8, 256   # the seat probe's first batch of streams, doubled up to this (then the flag)
+SEAT_TOKENS, SEAT_MAX_TOKENS = 32, 512   # its outputs per stream, doubled when they end too soon (seats_seen)
+SEAT_PROMPT = 16
+SEAT_POLL_S = 0.02   # the seat probe's /metrics reads (a CPU server's front end serves them too: not more often)
 
 
 class ProbeFailed(LoadgenError):
@@ -228,6 +237,57 @@ class Prober:
         return DecodeSample(batch, prompt_tokens, output_tokens, sum(kept) / len(kept) / 1e9)
 
 
+    async def seats(self) -> int:
+        """The sequences the server runs at once (its max_num_seqs, or fewer where its KV pool binds first), read
+        from its running / waiting gauges while streams sent together run: SEAT_START of them, doubled while all
+        ran at once; each batch's outputs doubled while the gauges' reads missed the peak."""
+        if await self._gauges() is None:
+            raise ProbeFailed(f"{self.url} publishes no slot count, and its /metrics no running and waiting gauges "
+                              f"({', '.join(RUNNING)}): give --max-num-seqs")
+        batch, tokens = SEAT_START, SEAT_TOKENS
+        while True:
+            seen = seats_seen(await self.seats_batch(batch, tokens), batch)
+            if seen is None:
+                if 2 * tokens > SEAT_MAX_TOKENS:
+                    raise ProbeFailed(f"seat probe: /metrics never showed the {batch} streams of {tokens} tokens at "
+                                      "their peak: give --max-num-seqs")
+                tokens *= 2
+            elif seen < batch:
+                return seen
+            elif batch >= SEAT_MAX:
+                raise ProbeFailed(f"seat probe: the server ran all {batch} streams at once; give --max-num-seqs")
+            else:
+                batch *= 2
+
+    async def _gauges(self) -> tuple[float, float] | None:
+        """(running, waiting) from the server's /metrics; None without both gauges."""
+        try:
+            async with self._http().get(metrics_url(self.url), timeout=aiohttp.ClientTimeout(total=5)) as r:
+                g = gauges(await r.text()) if r.status == 200 else {}
+        except (aiohttp.ClientError, asyncio.TimeoutError, UnicodeDecodeError):
+            return None
+        return (g["running"], g["waiting"]) if "running" in g and "waiting" in g else None
+
+    async def seats_batch(self, batch: int, tokens: int) -> list[tuple[float, float]]:
+        """`batch` streams of `tokens` outputs sent together; the (running, waiting) gauges read while they ran."""
+        streams = [asyncio.ensure_future(self._stream(SEAT_PROMPT, tokens)) for _ in range(batch)]
+        reads: list[tuple[float, float]] = []
+        try:
+            while not all(s.done() for s in streams) and not any(s.done() and s.exception() for s in streams):
+                if (g := await self._gauges()) is not None:
+                    reads.append(g)
+                await asyncio.wait(streams, timeout=SEAT_POLL_S, return_when=asyncio.FIRST_EXCEPTION)
+            for s in streams:
+                n = s.result().completion_tokens
+                if (n or tokens) != tokens:
+                    raise ProbeFailed(f"asked {tokens} output tokens, the server produced {n} "
+                                      "(it must honour ignore_eos, or be told with --extra-body)")
+        finally:
+            for s in streams:
+                s.cancel()
+            await asyncio.gather(*streams, return_exceptions=True)
+        return reads
+
     async def mixed(self, batch: int, context: int, prompt_tokens: int, output_tokens: int) -> MixedSample:
         # The prompt is sent once every decode stream has MIXED_AFTER tokens; the engine takes it into its
         # next step with the B decodes (a prompt that fits the step's token budget: one chunk). Each decode
@@ -261,6 +321,18 @@ class Prober:
                                "prompt): no stream's reads marked the prompt's step (they had ended, or carried "
                                "several tokens at once)")
         return MixedSample(batch, statistics.fmean(contexts), prompt_tokens, statistics.median(steps))
+
+
+def seats_seen(reads: list[tuple[float, float]], batch: int) -> int | None:
+    """The seat count from the (running, waiting) gauges read while `batch` streams sent together ran: the most
+    running at once, where a read shows others waiting beside that many (the server held streams back: it
+    had no seat for them; a KV pool that binds first gives the smaller count, the one a run meets); `batch`
+    when that many ran at once (the seats are at least that); None when the reads say neither (they missed
+    the peak). Waiting beside fewer running is no proof: a step budget admits a large batch over two steps."""
+    most = max((r for r, _ in reads), default=0.0)
+    if any(w > 0 and r == most for r, w in reads):
+        return int(most)
+    return batch if most >= batch else None
 
 
 def mixed_step(reads: list[tuple[int, int]], sent_ns: int, first_ns: int) -> int | None:

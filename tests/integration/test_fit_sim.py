@@ -202,20 +202,18 @@ def test_fit_bad_input_and_unreachable(tmp_path):
 def test_fit_reads_the_published_limits_and_fits_the_default_profile(tmp_path):
     # Issue 24: against `loadgen sim` as it starts (the tiny profile, vLLM-shaped: /v1/models gives
     # max_model_len, nothing gives the slots) fit asked for --max-model-len as well, and its decode probes
-    # (48 tokens of ~1.5 ms steps) could end before a busy client had started all 8 streams.
+    # (48 tokens of ~1.5 ms steps) could end before a busy client had started all 8 streams. Issue 27: it
+    # then asked for --max-num-seqs; the seats are now probed (fit_probe.seats): no flag at all.
     truth = load_profile("tiny")
     with SimProcess() as sim:
-        p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "x.toml"), "--budget", "20s", timeout=60)
-        assert p.returncode == 2 and "Traceback" not in p.stderr
-        assert "give --max-num-seqs\n" in p.stderr and "--max-model-len" not in p.stderr.split("give")[1], p.stderr
-        assert f"max_model_len {truth.max_model_len} is read from /v1/models" in p.stderr
         p = loadgen("fit", "--url", sim.url, "--out", str(tmp_path / "default.toml"), "--format", "json",
-                    "--max-num-seqs", str(truth.max_num_seqs), "--budget", "90s", "--rounds", "3", timeout=200)
-        late = emit_lateness(sim.url)  # the simulator's own lateness over both fits (the premise below)
+                    "--budget", "90s", "--rounds", "3", timeout=200)
+        late = emit_lateness(sim.url)  # the simulator's own lateness over the fit (the premise below)
     assert p.returncode == 0, p.stderr[-3000:]
     report = orjson.loads(p.stdout)
     assert report["limits"] == {"max_num_seqs": truth.max_num_seqs, "max_model_len": truth.max_model_len,
                                 "max_num_batched_tokens": 2048}
+    assert report["max_num_seqs_from"] == "probed"
     decode = [r for r in report["residuals"] if r["kind"] == "decode"]
     assert sorted({r["batch"] for r in decode}) == [1, 2, 4, 8]
     # every decode shape measured with all its streams decoding together; the simulator's decode step

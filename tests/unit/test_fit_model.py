@@ -311,3 +311,75 @@ def test_a_decode_shape_whose_streams_never_overlap_is_left_out_of_its_rounds_no
     Prober.never = 1   # no shape timed at all: a clear failure, naming why
     with pytest.raises(ProbeFailed, match="no decode shape could be timed: decode probe .* 0 gaps"):
         fitmod.run_fit(fitmod.FitOptions("http://x", rounds=2))
+
+
+
+def gauge_reads(seats: int, batch: int, reads: int):
+    """`reads` (running, waiting) reads of a server with `seats` seats while `batch` streams sent together run."""
+    return [(min(seats, batch), max(0, batch - seats))] * reads
+
+
+@pytest.mark.parametrize("reads, batch, want", [
+    ([(2, 6), (2, 6)], 8, 2),           # 2 running, the rest held back: 2 seats
+    ([(8, 0), (8, 0)], 8, 8),           # all 8 ran at once: at least 8
+    ([(128, 128), (256, 0)], 256, 256),  # a step budget admitted 256 over two steps: waiting beside 128 is no proof
+    ([(3, 0), (5, 0)], 8, None),        # never all 8, never any held back: the reads missed the peak
+    ([], 8, None),
+    ([(6, 2), (4, 0)], 8, 6),           # a KV pool that binds at 6: the 6 a run meets
+])
+def test_seats_seen_from_the_running_and_waiting_gauges(reads, batch, want):
+    from loadgen.twin.fit_probe import seats_seen
+    assert seats_seen(reads, batch) == want
+
+
+@pytest.mark.parametrize("seats, reads_per_batch, want, asked", [
+    (2, {32: 3}, 2, [(8, 32)]),                            # fewer seats than the first batch: seen at once
+    (8, {32: 3}, 8, [(8, 32), (16, 32)]),                  # all 8 ran: 16 asked, 8 held 8 back
+    (20, {32: 3}, 20, [(8, 32), (16, 32), (32, 32)]),
+    # a server slow to answer /metrics: 32-token streams end before a read sees them (the reads miss the
+    # peak), so the outputs are doubled, and kept for the next batch
+    (8, {32: 0, 64: 2}, 8, [(8, 32), (8, 64), (16, 64)]),
+])
+def test_seats_are_probed_where_the_server_publishes_none(seats, reads_per_batch, want, asked):
+    import asyncio
+
+    from loadgen.twin.fit_probe import Prober
+
+    calls = []
+
+    class Scripted(Prober):
+        async def _gauges(self):
+            return (0.0, 0.0)
+
+        async def seats_batch(self, batch, tokens):
+            calls.append((batch, tokens))
+            return [(0.0, 0.0)] + gauge_reads(seats, batch, reads_per_batch[tokens])
+
+    assert asyncio.run(Scripted("http://127.0.0.1:9", 60).seats()) == want and calls == asked
+
+
+def test_a_seat_probe_that_cannot_tell_asks_for_the_flag():
+    import asyncio
+
+    from loadgen.twin.fit_probe import Prober, ProbeFailed
+
+    class Everything(Prober):   # seats for any batch
+        async def _gauges(self):
+            return (0.0, 0.0)
+
+        async def seats_batch(self, batch, tokens):
+            return gauge_reads(10**4, batch, 2)
+
+    class Blind(Everything):    # /metrics answers only once the streams are over
+        async def seats_batch(self, batch, tokens):
+            return [(0.0, 0.0)]
+
+    class NoGauges(Everything):  # no /metrics, or none of the gauges
+        async def _gauges(self):
+            return None
+
+    for cls, says in ((Everything, "ran all 256 streams at once; give --max-num-seqs"),
+                      (Blind, "never showed the 8 streams of 512 tokens at their peak: give --max-num-seqs"),
+                      (NoGauges, "publishes no slot count, and its /metrics no running and waiting gauges")):
+        with pytest.raises(ProbeFailed, match=says):
+            asyncio.run(cls("http://127.0.0.1:9", 60).seats())
