@@ -51,7 +51,7 @@ from loadgen.probe.scrape import RUNNING, gauges, metrics_url
 MIN_OVERLAP_STEPS = 8  # a decode probe needs this many steps (per stream) with every stream decoding
 MIXED_AFTER = 8        # the mixed probe's prompt is sent once every decode stream has this many tokens
 SEAT_START, SEAT_MAX = 8, 256   # the seat probe's first batch of streams, doubled up to this (then the flag)
-SEAT_TOKENS, SEAT_MAX_TOKENS = 32, 512   # its outputs per stream, doubled when they end too soon (seats_seen)
+SEAT_TOKENS, SEAT_MAX_TOKENS = 32, 512   # its outputs per stream, doubled while /metrics misses the peak
 SEAT_PROMPT = 16
 SEAT_POLL_S = 0.02   # the seat probe's /metrics reads (a CPU server's front end serves them too: not more often)
 
@@ -235,7 +235,6 @@ class Prober:
         cut = len(gaps) // 10
         kept = gaps[cut:len(gaps) - cut]
         return DecodeSample(batch, prompt_tokens, output_tokens, sum(kept) / len(kept) / 1e9)
-
 
     async def seats(self) -> int:
         """The sequences the server runs at once (its max_num_seqs, or fewer where its KV pool binds first), read
