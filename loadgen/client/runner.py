@@ -20,7 +20,8 @@ Contract:
 - after the last dispatch, in-flight requests get `drain_timeout_ns`, then they are cut off as
   `timeout` (error_kind drain_timeout);
 - a row with an abandonment point ([abandon]) is cut off by the client there, as a user closing the tab:
-  `abandon_after_ns` after its dispatch (a loop timer for that row only), or once the transport has seen
+  `abandon_after_ns` after its dispatch (a loop timer for that row only, armed after the request's task has
+  taken its first step: a task cancelled before that never gives its row an outcome), or once the transport has seen
   `abandon_after_tokens` output events (`row.cut`, counted by the transport per read); the row is
   `abandoned` with what it had received. An exchange that ends first is what it is (ok, an error...);
 - `stop` (SIGINT/SIGTERM) ends the run at once: in-flight rows become `interrupted`, rows never
@@ -188,7 +189,9 @@ class Runner:
         if self._watchdog is None:
             self._arm(row.dispatched_ns + self.request_timeout_ns)
         if row.abandon_after_ns is not None:
-            self._abandon(task, row.dispatched_ns + row.abandon_after_ns)
+            # from the loop, after the task's first step: a task cancelled before it has run a line never runs
+            # the body that gives its row an outcome (a write slower than the abandonment made it due already)
+            asyncio.get_running_loop().call_soon(self._abandon, task, row.dispatched_ns + row.abandon_after_ns)
 
     def _abandon(self, task: asyncio.Task[None], due_ns: int) -> None:
         # Cut the request off at due_ns (the run's clock), or wait for it: the loop's timers keep its own
@@ -244,6 +247,7 @@ class Runner:
         self._idle.set()  # no more starts from the waiting queue
         for timer in list(self._turn_timers):
             timer.cancel()
+        await asyncio.sleep(0)  # every request task takes its first step (see _start) before it is cancelled
         tasks = list(self.in_flight)
         for task in tasks:
             task.cancel()

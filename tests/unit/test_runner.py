@@ -5,8 +5,8 @@ import numpy as np
 
 from loadgen.client.backends.openai import OpenAIBackend
 from loadgen.client.clock import LoopClock
-from loadgen.client.recorder import (CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK, TIMEOUT,
-                                     Recorder, Row)
+from loadgen.client.recorder import (ABANDONED, CANCELLED, CONNECTION_ERROR, DROPPED, HTTP_ERROR, INTERRUPTED, OK,
+                                     TIMEOUT, Recorder, Row)
 from loadgen.client.runner import Runner
 from tests.scripted import Script, ScriptedTransport, completion_stream, run_virtual
 
@@ -114,6 +114,18 @@ def test_http_error_and_connection_reset_are_rows():
     assert (rows[0].outcome, rows[0].http_status, rows[0].error_kind) == (HTTP_ERROR, 503, "http_503")
     assert "overloaded" in rows[0].error_detail
     assert (rows[1].outcome, rows[1].error_kind, rows[1].n_chunks) == (CONNECTION_ERROR, "reset", 1)
+
+
+def test_an_abandonment_already_due_at_dispatch_still_yields_an_abandoned_row():
+    # Beside two CPU burners a request's write took 0.9 s inside its dispatch, past its 300-ms abandonment: the
+    # runner cancelled its task before the task had run a line, so its body (which gives every row its outcome)
+    # never ran, and a complete run held a row with no outcome. An abandonment due at dispatch (0 here) must
+    # still end in an abandoned row.
+    rows = make_rows([0, 100])
+    rows[0].abandon_after_ns = 0
+    status, rows = run(rows, lambda rid: completion_stream(4, 0.05, 0.01))
+    assert status == "complete" and [r.outcome for r in rows] == [ABANDONED, OK]
+    assert rows[0].done_ns is not None and rows[0].error_kind == "abandoned"
 
 
 def test_stop_interrupts_in_flight_and_cancels_the_rest():
