@@ -193,7 +193,7 @@ def fit_twin(url: str, waited: Waited, work: Path, *fit_args: str) -> Twin:
                                                   for r in report["residuals"] if r["kind"] == "decode"))
     if share > FIT_WAITED_MAX:
         raise HostHeld(f"{problem}; the server waited {share:.0%} of its runnable time for a CPU")
-    raise AssertionError(problem)
+    raise AssertionError(f"{problem}; the server waited {share:.0%} of its runnable time for a CPU")
 
 
 def cover(url: str, waited: Waited, work: Path, profile: Profile, spread: Spread, fractions=FRACTIONS,
