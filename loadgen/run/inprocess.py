@@ -154,10 +154,13 @@ async def measure(job: Job) -> Measured:
     # are not the run's): one process reads them for the whole run.
     counts = part is None or part.worker == 0
     cache_before = await prefix_cache.snapshot(url, headers, tls) if counts else None
-    # --scrape endpoints: a first sample of each before t0, so that their samples bracket the measured
-    # window from its start (a counter's increase over it, analysis/telemetry.py); t0 is set below
+    # The server's /metrics (--scrape-metrics) and every --scrape endpoint: a first sample of each before
+    # t0, so that their samples bracket the measured window from its start (a counter's increase over the
+    # run: the first request's count must not race the first scrape); t0 is set below
+    scraper = (Scraper(metrics_url(url), 0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
+               if config.scrape_metrics else None)
     telemetry = telemetry_scrapers(config, tls, clock.now_ns)
-    await asyncio.gather(*(sc.sample() for sc in telemetry))
+    await asyncio.gather(*(sc.sample() for sc in ([scraper] if scraper else []) + telemetry))
     mono_now, wall_now = clock.now_ns(), time.time_ns()
     # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
     t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
@@ -181,11 +184,9 @@ async def measure(job: Job) -> Measured:
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Sample /metrics during the run (bytes only; parsed afterwards), and every --scrape endpoint.
-    scraper = (Scraper(metrics_url(url), t0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
-               if config.scrape_metrics else None)
-    scrape_task = asyncio.create_task(scraper.run()) if scraper else None
-    for sc in telemetry:
+    for sc in ([scraper] if scraper else []) + telemetry:
         sc.t0_ns = t0
+    scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     telemetry_tasks = [asyncio.create_task(sc.run()) for sc in telemetry]
     try:
         async with transport:

@@ -110,7 +110,10 @@ class EngineBackend:
                     "running": len(e.running), "waiting": len(e.waiting), "preempted": len(step.preempted)}) + b"\n")
             m = self.metrics
             if m is not None:
-                m.counters["vllm:prompt_tokens"] += step.prefill_tokens
+                # vLLM's rule (v1/metrics/stats.py IterationStats): a request's whole prompt, cached part
+                # included, once, at its first output; never the recompute of a preempted one
+                m.counters["vllm:prompt_tokens"] += sum(len(seq.req.prompt) for seq, _ in produced
+                                                        if len(seq.req.due_ns) == 1)
                 # a pooling request's prefill end is no generated token (pooling_apis.py)
                 m.counters["vllm:generation_tokens"] += sum(1 for seq, _ in produced
                                                             if not getattr(seq.req, "pooling", False))

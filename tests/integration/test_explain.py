@@ -148,8 +148,18 @@ def test_scraped_metrics_cross_check_and_kv_diagnosis(tmp_path):
                                 "--scrape-metrics", "--scrape-interval", "200ms", "--no-calibrate")
     m = pl.read_parquet(f"{run_dir}/server_metrics.parquet")
     assert {"vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"} <= set(m["name"])
+    # a sample before t0 and one after the run bracket it: the counters' increases are the run's requests
+    # (the first scrape used to race the first requests: a request counted before it was lost)
+    assert m["t_ns"].min() < 0 < m["t_ns"].max()
+    rows = read_run(run_dir).requests
+
+    def increase(name: str) -> float:
+        c = m.filter(pl.col("name") == name).sort("t_ns")["value"]
+        return c[-1] - c[0]
+    assert increase("vllm:request_success_total") == 48
+    assert increase("vllm:prompt_tokens_total") == rows["prompt_tokens"].sum()
     hist, mean = s["server_histograms_ms"], s["decomposition_ms"]["mean"]
-    assert hist["n"] >= 48
+    assert hist["n"] == 48
     assert hist["queue"] == pytest.approx(mean["queue"], rel=0.1)  # histogram sum/count vs per-request
     assert "kv_capacity" in [f["rule"] for f in s["diagnosis"]], s["diagnosis"]
 
