@@ -33,6 +33,7 @@ from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
 from tests.e2e.test_vllm import EXTRA, check_rows, counter_delta, fresh_seed, report
 from tests.e2e.vllm_server import MODEL_NAME, serve
+from tests.e2e.waited import Waited
 from tests.integration.conftest import loadgen
 
 N = 24
@@ -138,8 +139,14 @@ def test_reasoning_rows_against_vllm(vllm, tmp_path):
         tokens = {OUT}
         """) + EXTRA.replace("ignore_eos = true", f"ignore_eos = true, logit_bias = {{ {table} }}"))
     out = tmp_path / "reasoning"
+    waited = Waited(vllm.proc.pid).start()   # the API server's process (the engine core is its child)
     p = loadgen("run", str(wl), "--url", vllm.url, "--out", str(out), "--quiet", "--no-calibrate",
                 "--seed", fresh_seed(), "--scrape-metrics", "--scrape-interval", "500ms", timeout=600)
+    # vLLM merges a request's pending deltas when its API server falls behind the engine (v1/engine/
+    # output_processor.py RequestOutputCollector): seen with two CPU vLLMs on the machine at once (now
+    # impossible: vllm_server.py's lock), not beside two CPU burners (the API server waited 11-26 % of its
+    # runnable time for a CPU there, 21-30 % on an idle host: no premise to judge by); kept for a failure's text
+    front_end = f"vLLM's API server waited {waited.share():.0%} of its runnable time for a CPU"
     assert p.returncode == 0, p.stderr[-3000:]
     r = read_run(out)
     rows = check_rows(r, N, OUT)     # every row ok, output_tokens = max_tokens, prompts exact
@@ -158,9 +165,10 @@ def test_reasoning_rows_against_vllm(vllm, tmp_path):
     assert (rows["chunks"] == rows["n_chunks"]).all()
     ended = rows.filter(pl.col("first_answer_ns").is_not_null())
     thinking = rows.filter(pl.col("first_answer_ns").is_null())       # thought to max_tokens: all reasoning
-    assert (thinking["reasoning_tokens"] == OUT).all() and (thinking["n_chunks"] == OUT).all(), thinking
+    assert (thinking["reasoning_tokens"] == OUT).all() and (thinking["n_chunks"] == OUT).all(), (front_end,
+                                                                                                  thinking)
     # one token per chunk but the first </think>, which streams no delta: n_chunks = output - 1
-    assert (ended["n_chunks"] == OUT - 1).all(), ended[["n_chunks", "reasoning_tokens"]]
+    assert (ended["n_chunks"] == OUT - 1).all(), (front_end, ended[["n_chunks", "reasoning_tokens"]])
     both = ended.filter(pl.col("reasoning_tokens") > 0)
     assert both.height >= N // 2, rows[["reasoning_tokens", "first_answer_ns"]]   # the bias gives both phases
     assert (both["first_token_ns"] <= both["first_answer_ns"]).all()

@@ -99,7 +99,15 @@ def test_required_tool_calls_are_streamed_timed_and_valid(vllm, tmp_path):
     assert rep["calls"]["valid"] == int(rows["reply_valid"].sum()), rep
     assert rep["calls"]["valid"] + sum(rep["problems"].values()) == N, rep
     assert set(rep["problems"]) <= {"arguments_not_json", "arguments_schema", "undeclared"}, rep["problems"]
-    assert s["latency_ms"]["itl"]["p50"] is not None and s["latency_ms"]["ttfa"]["p50"] is not None
+    assert s["latency_ms"]["ttfa"]["p50"] is not None
+    # ITL: a row whose tokens all came in one read has no gap: the check needs a client that read on time
+    # (loadgen's self-check says whether the host starved it) and a vLLM that streamed the arguments in pieces
+    tok = pl.read_parquet(out / "tokens.parquet").filter(pl.col("n_tokens") > 0)
+    reads = tok.group_by("request_id").agg(pl.col("t_ns").n_unique())["t_ns"]
+    cause = orjson.loads((out / "manifest.json").read_bytes())["generator"].get("cause") or ""
+    if (reads <= 1).all() and cause.startswith("starved"):
+        pytest.skip(f"every row's tokens came in one read while loadgen's self-check says {cause!r}: no ITL gap")
+    assert s["latency_ms"]["itl"]["p50"] is not None, (cause, reads)
 
 
 def test_response_format_replies_are_valid_json(vllm, tmp_path):

@@ -19,7 +19,8 @@ import pytest
 
 from loadgen.twin.intervals import Spread
 from tests.e2e.conftest import FIGURES
-from tests.e2e.twin_validation import HostHeld, Waited, cover, fit_twin, summary, table
+from tests.e2e.twin_validation import HostHeld, cover, fit_twin, summary, table
+from tests.e2e.waited import Waited
 from tests.e2e.vllm_server import MODEL_NAME, VllmServer, serve
 
 SEATS, WHAT_IF_SEATS, BUDGET_TOKENS = 8, 2, 2048

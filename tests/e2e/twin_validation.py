@@ -18,7 +18,6 @@ that had it alone, over the profile's) and the run-queue wait of its compute thr
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from loadgen.twin.intervals import Spread, load_spread
 from loadgen.twin.predict import Plan, point, predict
 from loadgen.results.folder import read_run
 from loadgen.sim.profiles import Profile, load_profile
+from tests.e2e.waited import Waited
 from tests.integration.conftest import RELAXED_SELFCHECK, loadgen
 
 WORKLOAD = str(Path(__file__).with_name("twin_mixed.toml"))
@@ -96,53 +96,6 @@ def in_run_speed(rows, profile: Profile) -> dict:
 def model_prefill_s(profile: Profile, prompt_tokens: int) -> float:
     # what the profile says the server's own prompt time is: TTFT without the request overhead
     return predicted_ttft_s(profile, prompt_tokens) - profile.request_overhead_us * 1e-6
-
-
-class Waited:
-    """The server's compute thread (the one with the most CPU time meanwhile): run_delay / (cpu + run_delay)
-    between start() and share(), from /proc/PID/task/TID/schedstat (cpu ns, run-queue wait ns, slices).
-    group: every process of PID's process group (vLLM: its engine core is a child in the group it leads)."""
-
-    def __init__(self, pid: int, group: bool = False):
-        self.pid, self.group = pid, group
-        self.t0: dict[str, tuple[int, int]] = {}
-
-    def _pids(self) -> list[str]:
-        if not self.group:
-            return [str(self.pid)]
-        out = []
-        for p in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[2]) == self.pid:
-                    out.append(p)
-            except (OSError, ValueError, IndexError):
-                continue
-        return out
-
-    def _read(self) -> dict[str, tuple[int, int]]:
-        out = {}
-        for pid in self._pids():
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue
-            for tid in tids:
-                try:
-                    cpu, wait, _ = (int(x) for x in Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split())
-                except (OSError, ValueError):
-                    continue
-                out[tid] = (cpu, wait)
-        return out
-
-    def start(self) -> "Waited":
-        self.t0 = self._read()
-        return self
-
-    def share(self) -> float:
-        now = self._read()
-        d = [(c - self.t0.get(t, (0, 0))[0], w - self.t0.get(t, (0, 0))[1]) for t, (c, w) in now.items()]
-        cpu, wait = max(d)
-        return wait / (cpu + wait) if cpu + wait else 0.0
 
 
 def min_inside(cells: int, level: float = LEVEL, alpha: float = ALPHA) -> int:

@@ -10,9 +10,13 @@ behind. Settings for a 2-core machine: `--enforce-eager` (no graph capture), 1 G
 (VLLM_CPU_KVCACHE_SPACE), the model's 4,096-token context; vLLM pins its engine to one core and leaves
 the other to the rest (the client). Ready in 36-60 s on an idle machine; its log goes to a file, every line
 starting with its unix time in seconds (VLLM_LOGGING_PREFIX; `logged()` reads them: vLLM's own clock on its events).
+One vLLM at a time on the machine, whichever suite starts it: a server holds an exclusive lock on
+$LOADGEN_CACHE/vllm/serve.lock from its start to its stop (two test suites on one host, two CI jobs on one
+runner: beside each other two CPU vLLMs slowed each other past what their tests judge); another waits for it.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
@@ -29,6 +33,7 @@ from tests.e2e.conftest import FIGURES
 from tests.e2e.llama_server import free_port
 
 START_TIMEOUT_S = 300.0   # ~60 s idle; a busy shared 2-core host can take several times that
+LOCK_TIMEOUT_S = 3600.0   # the longest wait for another suite's vLLM to stop (its module: ~25 min beside burners)
 STOP_TIMEOUT_S = 30.0
 MODEL_NAME = "tiny"
 # The tiny Llama served as an embedding model: /v1/embeddings, and /v1/rerank scored by embedding similarity
@@ -88,12 +93,35 @@ class VllmServer:
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.ready_s: float | None = None   # seconds from the start to the first healthy answer
+        self._lock_file = None              # the machine's vLLM lock, held from start() to stop()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def _lock(self) -> None:
+        """Wait (at most LOCK_TIMEOUT_S) for the machine's vLLM lock; the kernel drops it if its holder dies."""
+        path = Path(os.environ.get("LOADGEN_CACHE") or Path.home() / ".cache" / "loadgen") / "vllm" / "serve.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(path, "a+")  # noqa: SIM115 (closed in stop: that releases the lock)
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    self._lock_file.seek(0)
+                    holder = self._lock_file.read().strip()
+                    self._lock_file.close()
+                    raise RuntimeError(f"another vLLM ({holder}) held {path} for {LOCK_TIMEOUT_S:g} s") from None
+                time.sleep(1.0)
+        self._lock_file.truncate(0)
+        self._lock_file.write(f"pid {os.getpid()}, {self.log_path}")
+        self._lock_file.flush()
+
     def start(self) -> str:
+        self._lock()
         self.port = free_port()
         cmd = [self.python, str(CLI), "serve", self.model, "--served-model-name", MODEL_NAME,
                "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "4096",
@@ -133,6 +161,7 @@ class VllmServer:
     def stop(self) -> int | None:
         """SIGTERM to the server's process group, SIGKILL after STOP_TIMEOUT_S; its exit code."""
         if self.proc is None:
+            self._unlock()
             return None
         pgid = self.proc.pid   # start_new_session: the leader's pid is the group's id
         for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 10.0)):
@@ -145,7 +174,13 @@ class VllmServer:
         if self.proc.poll() is None:
             self.proc.wait(timeout=10)
         self._log.close()
+        self._unlock()
         return self.proc.returncode
+
+    def _unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()   # releases the flock
+            self._lock_file = None
 
 
 def _group_gone(leader: subprocess.Popen, wait_s: float) -> bool:
