@@ -77,6 +77,10 @@ def test_half_open_connection_times_out_each_request(fixed_sim, tmp_path):
 def test_trickling_server_times_out_with_the_tokens_so_far(fixed_sim, tmp_path, transport, monkeypatch):
     monkeypatch.setenv("LOADGEN_TRANSPORT", transport)
     with FaultProxy(_port(fixed_sim.url), trickle_s=0.001) as proxy:
-        req, _ = _run(tmp_path, proxy.url, request_timeout="1.5s")
+        req, manifest = _run(tmp_path, proxy.url, request_timeout="1.5s")
     assert set(req["outcome"]) == {"timeout"} and set(req["error_kind"]) == {"request_timeout"}
-    assert (req["n_chunks"] > 0).all() and (req["n_chunks"] < 16).all()  # what had arrived is kept
+    assert (req["n_chunks"] < 16).all()
+    # what had arrived is kept: ~1,500 bytes by the timeout, a few events each, unless the host held the proxy
+    # (a thread of this process) or the client back; loadgen's self-check says whether the host starved it
+    cause = manifest["generator"].get("cause") or ""
+    assert (req["n_chunks"] > 0).all() or cause.startswith("starved"), (req["n_chunks"].to_list(), cause)
