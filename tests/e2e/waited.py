@@ -52,3 +52,34 @@ class Waited:
         d = [(c - self.t0.get(t, (0, 0))[0], w - self.t0.get(t, (0, 0))[1]) for t, (c, w) in now.items()]
         cpu, wait = max(d)
         return wait / (cpu + wait) if cpu + wait else 0.0
+
+
+HOST_BUSY_MAX = 0.95   # a fit's premise: the host's CPUs were not all busy (client and server had room)
+
+
+class HostBusy:
+    """The share of the host's CPU time that was busy (not idle, not waiting for I/O) between start() and
+    share(), from /proc/stat's `cpu` line: near 1, every core had work and the client's and the server's
+    threads queued behind each other and other work; None where /proc/stat cannot be read."""
+
+    def __init__(self):
+        self.t0: tuple[int, int] | None = None
+
+    @staticmethod
+    def _read() -> tuple[int, int] | None:
+        try:
+            ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return None
+        return sum(ticks), ticks[3] + (ticks[4] if len(ticks) > 4 else 0)   # all, idle + iowait
+
+    def start(self) -> "HostBusy":
+        self.t0 = self._read()
+        return self
+
+    def share(self) -> float | None:
+        now = self._read()
+        if now is None or self.t0 is None or now[0] <= self.t0[0]:
+            return None
+        total, idle = now[0] - self.t0[0], now[1] - self.t0[1]
+        return 1 - idle / total

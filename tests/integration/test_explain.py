@@ -177,9 +177,12 @@ def test_calibrated_estimates_under_contention(tmp_path, workload_file, requests
     s, run_dir = run_and_report(tmp_path, workload_file, "--profile h100-sxm --speed 0.2", "--requests", requests)
     j = joined(run_dir)
     assert set(j["method"]) == {"calibrated"}
+    # the estimate is built from the client's stamps of engine steps; and a stalled host inflates TTFT, so
+    # even the premise below is judged only where it did not stall (beside two burners and two other suites:
+    # client loop and simulator lateness p99 4.5-9.2 s, TTFT mean 3.2 s against a true queue of 0.2 s)
+    skip_if_host_stalled(run_dir)
     ttft = j["ttft_ms"].mean()
     assert j["true_queue_ms"].mean() > 0.1 * ttft  # contention: the check below is not vacuous
-    skip_if_host_stalled(run_dir)  # the estimate is built from the client's stamps of engine steps
     for comp in ("queue", "prefill"):
         err = abs(j[f"{comp}_ms"].mean() - j[f"true_{comp}_ms"].mean()) / ttft
         assert err <= 0.05, (comp, err)
