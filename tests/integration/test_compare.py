@@ -147,6 +147,9 @@ def test_runs_that_offered_different_work_are_named_loudly(fixed_sim, tmp_path):
 
 # a limit no asyncio loop can keep (a dispatch is never 1 µs on time at p99): the run is invalid for real
 IMPOSSIBLE_LAG = ["--max-send-lag-p99", "1us"]
+# a rule that holds between two runs of one server on any host (a starved host once made the invalid run's
+# p99 TTFT +1,233 % of the other's: a +1000 % rule failed where the test needs it evaluated and held)
+LOOSE_RULE = "p99 ttft > +100000%"
 
 
 def test_an_invalid_run_is_named_first_and_not_gated(fixed_sim, tmp_path):
@@ -175,9 +178,9 @@ def test_an_invalid_run_is_named_first_and_not_gated(fixed_sim, tmp_path):
     assert "INVALID INPUT" in html and html.index("INVALID INPUT") < html.index("<h1>")
     # --fail-if is not evaluated against it: exit 3, whichever side is invalid
     for order in (runs, runs[::-1]):
-        p = loadgen("compare", *order, "--fail-if", "p99 ttft > +1000%")
+        p = loadgen("compare", *order, "--fail-if", LOOSE_RULE)
         assert p.returncode == 3 and "--allow-invalid" in p.stderr and "not evaluated" in p.stdout, p.stderr
-    p = loadgen("compare", *runs, "--fail-if", "p99 ttft > +1000%", "--allow-invalid")
+    p = loadgen("compare", *runs, "--fail-if", LOOSE_RULE, "--allow-invalid")
     assert p.returncode == 0 and p.stdout.startswith("INVALID INPUT: B"), p.stderr
 
 
@@ -207,7 +210,7 @@ def test_sweeps_are_compared_point_by_point(fixed_sim, tmp_path):
                 "--url", fixed_sim.url, "--out", str(bad), "--no-calibrate", "--quiet")
     point = orjson.loads((bad / "sweep_summary.json").read_bytes())["points"][0]
     assert point["status"] == "invalid", (p.returncode, p.stderr)   # the premise
-    p = loadgen("compare", sweeps[0], str(bad), "--fail-if", "p99 ttft > +1000%")
+    p = loadgen("compare", sweeps[0], str(bad), "--fail-if", LOOSE_RULE)
     assert p.returncode == 3, p.stderr
     assert p.stdout.splitlines()[0].startswith(f"INVALID INPUT: B {bad / point['dir']} (point 10/s) is invalid: "
                                                "send_lag p99"), p.stdout
