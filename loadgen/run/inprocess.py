@@ -160,7 +160,8 @@ async def measure(job: Job) -> Measured:
     scraper = (Scraper(metrics_url(url), 0, config.scrape_interval_ns, headers, tls, now_ns=clock.now_ns)
                if config.scrape_metrics else None)
     telemetry = telemetry_scrapers(config, tls, clock.now_ns)
-    await asyncio.gather(*(sc.sample() for sc in ([scraper] if scraper else []) + telemetry))
+    samplers = ([scraper] if scraper else []) + telemetry
+    await asyncio.gather(*(sc.sample() for sc in samplers))
     mono_now, wall_now = clock.now_ns(), time.time_ns()
     # a worker of a --workers run (workers.py) gets the shared t0 from its driver once every worker is ready
     t0 = part.wait_for_t0() if part else mono_now + START_LEAD_NS
@@ -184,7 +185,7 @@ async def measure(job: Job) -> Measured:
     old_switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     # Sample /metrics during the run (bytes only; parsed afterwards), and every --scrape endpoint.
-    for sc in ([scraper] if scraper else []) + telemetry:
+    for sc in samplers:
         sc.t0_ns = t0
     scrape_task = asyncio.create_task(scraper.run()) if scraper else None
     telemetry_tasks = [asyncio.create_task(sc.run()) for sc in telemetry]

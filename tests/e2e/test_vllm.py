@@ -32,7 +32,7 @@ from loadgen.probe.servers import detect
 from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
 from tests.e2e.vllm_server import MODEL_NAME, VllmServer, serve
-from tests.integration.conftest import loadgen
+from tests.integration.conftest import counter_delta, loadgen
 
 EXTRA = '[request]\nextra_body = { ignore_eos = true }\n'
 ATTEMPTS = 3   # runs of the decomposition check (see there)
@@ -89,14 +89,6 @@ def check_rows(run_, n: int, max_tokens: int) -> pl.DataFrame:
     assert lengths["exact"] and lengths["usage"] == {"compared": n, "equal": n, "max_abs_error": 0}, lengths
     assert m["workload"]["tokenizer"]["shape"] == "vllm"
     return df
-
-
-def counter_delta(sm: pl.DataFrame, name: str) -> float:
-    """Last minus first scrape of a counter, summed over its label sets."""
-    d = (sm.filter(pl.col("name") == name).group_by("labels")
-         .agg((pl.col("value").sort_by("t_ns").last() - pl.col("value").sort_by("t_ns").first()).alias("d")))
-    assert d.height, f"{name} not in the scrape"
-    return float(d["d"].sum())
 
 
 def report(run_dir) -> dict:

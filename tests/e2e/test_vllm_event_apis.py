@@ -18,8 +18,9 @@ import pytest
 
 from loadgen import metrics
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import counter_delta, run, workload
+from tests.e2e.test_vllm import run, workload
 from tests.e2e.vllm_server import serve
+from tests.integration.conftest import counter_delta
 
 N, OUT = 12, 16
 

@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import check_rows, counter_delta, fresh_seed, report, run, workload
+from tests.e2e.test_vllm import check_rows, fresh_seed, report, run, workload
 from tests.e2e.vllm_server import Running, VllmServer
-from tests.integration.conftest import loadgen
+from tests.integration.conftest import counter_delta, loadgen
 
 SEATS = 2
 MANY = 16

@@ -19,8 +19,9 @@ import polars as pl
 import pytest
 
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import counter_delta, report, run
+from tests.e2e.test_vllm import report, run
 from tests.e2e.vllm_server import MODEL_NAME, POOLING_FLAGS, serve
+from tests.integration.conftest import counter_delta
 
 N = 12
 HEAD = f"""

@@ -31,10 +31,10 @@ import pytest
 
 from loadgen.results.folder import read_run
 from tests.e2e.conftest import FIGURES
-from tests.e2e.test_vllm import EXTRA, check_rows, counter_delta, fresh_seed, report
+from tests.e2e.test_vllm import EXTRA, check_rows, fresh_seed, report
 from tests.e2e.vllm_server import MODEL_NAME, serve
 from tests.e2e.waited import Waited
-from tests.integration.conftest import loadgen
+from tests.integration.conftest import counter_delta, loadgen
 
 N = 24
 OUT = 48

@@ -86,6 +86,20 @@ def host_lateness_ms(run_dir, stat: str = "p99") -> dict[str, float]:
     return late
 
 
+def host_starved(manifest: dict) -> bool:
+    """loadgen's own self-check names the host as the cause of a late schedule (selfcheck.cause: "starved" or
+    "starved and saturated"): other work had the client's CPU."""
+    return (manifest["generator"].get("cause") or "").startswith("starved")
+
+
+def counter_delta(sm: pl.DataFrame, name: str) -> float:
+    """Last minus first scrape of a counter in server_metrics.parquet, summed over its label sets."""
+    d = (sm.filter(pl.col("name") == name).group_by("labels")
+         .agg((pl.col("value").sort_by("t_ns").last() - pl.col("value").sort_by("t_ns").first()).alias("d")))
+    assert d.height, f"{name} not in the scrape"
+    return float(d["d"].sum())
+
+
 def skip_if_host_stalled(run_dir, limit_ms: float = HOST_STALL_LIMIT_MS, stat: str = "p99") -> None:
     late = host_lateness_ms(run_dir, stat)
     if max(late.values()) > limit_ms:

@@ -9,7 +9,7 @@ import pytest
 
 from loadgen.results.folder import read_run
 from loadgen.sim.process import SimProcess
-from tests.integration.conftest import loadgen, skip_if_host_stalled
+from tests.integration.conftest import counter_delta, loadgen, skip_if_host_stalled
 from tests.integration.explain_helpers import joined, run_and_report, seat_utilization, within, workload
 
 SIM = "--profile tiny --speed 0.2"
@@ -152,12 +152,8 @@ def test_scraped_metrics_cross_check_and_kv_diagnosis(tmp_path):
     # (the first scrape used to race the first requests: a request counted before it was lost)
     assert m["t_ns"].min() < 0 < m["t_ns"].max()
     rows = read_run(run_dir).requests
-
-    def increase(name: str) -> float:
-        c = m.filter(pl.col("name") == name).sort("t_ns")["value"]
-        return c[-1] - c[0]
-    assert increase("vllm:request_success_total") == 48
-    assert increase("vllm:prompt_tokens_total") == rows["prompt_tokens"].sum()
+    assert counter_delta(m, "vllm:request_success_total") == 48
+    assert counter_delta(m, "vllm:prompt_tokens_total") == rows["prompt_tokens"].sum()
     hist, mean = s["server_histograms_ms"], s["decomposition_ms"]["mean"]
     assert hist["n"] == 48
     assert hist["queue"] == pytest.approx(mean["queue"], rel=0.1)  # histogram sum/count vs per-request
