@@ -7,7 +7,8 @@ real time):
   compute = (2 * params * tokens_in_step + attn_flops_per_pair * attention_pairs) / compute_flops
   step_ns = max(launch, gpu_ns)   launch = prefill_launch if any prompt token is in the step
                                           else decode_launch
-          + multi_token   if the step computes more than one token (optional, default 0)
+          + multi_token + multi_token_kv * kv_tokens_read
+                          if the step computes more than one token (optional, default 0)
 
 kv_tokens_read = sum over the step's sequences of the tokens in their KV cache (context);
 attention_pairs = sum over new tokens of the context they attend to (a prompt chunk of n new
@@ -15,9 +16,11 @@ tokens after c cached ones gives n*c + n*(n+1)/2); attn_flops_per_pair = 4 * lay
 `launch` is the host's time to launch the kernels of one forward pass, which overlaps GPU work:
 near zero for decode (CUDA graphs), ~15 ms for an eager prefill in the measured H200 stack.
 
-Two optional keys (default 0) describe engines measured by `loadgen fit` (docs/twin.md):
+Three optional keys (default 0) describe engines measured by `loadgen fit` (docs/twin.md):
 multi_token_us, the extra cost of a step that computes more than one token (llama.cpp on a CPU runs a
-one-token step through a matrix-vector path several times cheaper than any larger batch), and
+one-token step through a matrix-vector path several times cheaper than any larger batch),
+multi_token_kv_us, likewise per KV token read (llama.cpp on a CPU reads a batched decode's contexts at
+~1.7 us a token, one stream's at ~1.05), and
 request_overhead_us, host time per request before the engine sees it (HTTP, tokenization): it delays
 the request's admission, not any step. And one optional key, memory_compute = "max" (default: a GPU reads
 memory while it computes, the roofline) or "sum" (a CPU engine: the step pays its memory reads and its
@@ -60,6 +63,7 @@ class Profile:
     kv_capacity_tokens: int
     # optional (fit.py): see the module comment
     multi_token_us: float = 0.0
+    multi_token_kv_us: float = 0.0   # per KV token read, in a step of more than one token (fit.py)
     request_overhead_us: float = 0.0
     memory_compute: str = "max"   # "max" (overlapped: a GPU) or "sum" (one after the other: a CPU)
 
@@ -71,7 +75,7 @@ class Profile:
         work_s = memory_s + compute_s if self.memory_compute == "sum" else max(memory_s, compute_s)
         gpu_s = self.overhead_us * 1e-6 + work_s + self.per_seq_us * 1e-6 * seqs
         launch_s = (self.prefill_launch_us if has_prefill else self.decode_launch_us) * 1e-6
-        multi_s = self.multi_token_us * 1e-6 if tokens > 1 else 0.0
+        multi_s = (self.multi_token_us + self.multi_token_kv_us * kv_tokens_read) * 1e-6 if tokens > 1 else 0.0
         return round((max(launch_s, gpu_s) + multi_s) * 1e9)
 
     # the two shapes of the measured table
@@ -83,7 +87,8 @@ class Profile:
 
 
 _SECTIONS = ("model", "step", "engine")
-_OPTIONAL = {"description": "", "multi_token_us": 0.0, "request_overhead_us": 0.0, "memory_compute": "max"}
+_OPTIONAL = {"description": "", "multi_token_us": 0.0, "multi_token_kv_us": 0.0, "request_overhead_us": 0.0,
+             "memory_compute": "max"}
 MEMORY_COMPUTE = ("max", "sum")
 
 

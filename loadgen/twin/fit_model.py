@@ -9,13 +9,14 @@ the smaller residuals is kept:
             prefill step = overhead + per_seq + prefill_tok * tokens + attn * attention_pairs
   compute   (a CPU engine such as llama.cpp: no weight-read floor, weights = 0; a one-token step is
             several times cheaper than any larger one)
-            step = overhead + multi_token [tokens > 1] + per_seq * B
+            step = overhead + (multi_token + multi_kv * kv_tokens_read) [tokens > 1] + per_seq * B
                    + max(kv * kv_tokens_read, prefill_tok * tokens + attn * pairs)
             (decode attention, a matrix-vector product, costs far more per pair than prefill's: the
-            kv term carries it)
+            kv term carries it; a batched decode reads its contexts at kv + multi_kv a token: llama.cpp
+            on a CPU, 1.7 against 1.05 us at batch 2 and 1, equal or unequal contexts alike)
   sum       (a CPU engine that pays its reads and its compute one after the other: profile
             memory_compute = "sum"; weights = 0)
-            step = overhead + multi_token [tokens > 1] + per_seq * B
+            step = overhead + (multi_token + multi_kv * kv_tokens_read) [tokens > 1] + per_seq * B
                    + kv * kv_tokens_read + prefill_tok * tokens + attn * pairs
             (the forms differ on a mixed step, a prompt run with decodes: under max() the prompt's
             compute hides the decodes' reads, under sum it adds to them)
@@ -27,7 +28,8 @@ of all its chunks add up to P (P + 1) / 2).
 request_overhead is measured, not fitted, when the server reports its own prefill time (llama.cpp's
 `timings.prompt_ms`): the median of TTFT - prompt_ms. Otherwise it is fitted where mixed samples exist
 (their steps are timed between tokens, without it; a prefill's TTFT has it once: the two tell it from a
-step's own overhead), else 0. Least squares on relative errors
+step's own overhead), else 0. multi_kv is fitted where batched decodes were probed at two contexts
+(else 0). Least squares on relative errors
 (each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
 rest refitted). The model is linear on each branch of max(memory, compute): each sample's row is built
 on the branch the current fit makes active (first guess: decode reads memory, prefill computes), and
@@ -70,6 +72,7 @@ class Coefficients:  # seconds
     per_pair: float        # compute per attention pair
     multi_token: float
     request_overhead: float
+    multi_token_kv: float = 0.0   # per KV token read, in a step of more than one token
 
 
 def coefficients(p: Profile) -> Coefficients:
@@ -80,7 +83,8 @@ def coefficients(p: Profile) -> Coefficients:
         weights=p.weight_bytes / (p.weight_bandwidth_gb_s * 1e9),
         kv_per_token=p.kv_bytes_per_token / (p.kv_bandwidth_gb_s * 1e9),
         per_token=2 * p.params / flops, per_pair=4 * p.layers * p.hidden / flops,
-        multi_token=p.multi_token_us * 1e-6, request_overhead=p.request_overhead_us * 1e-6)
+        multi_token=p.multi_token_us * 1e-6, request_overhead=p.request_overhead_us * 1e-6,
+        multi_token_kv=p.multi_token_kv_us * 1e-6)
 
 
 def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str,
@@ -101,7 +105,7 @@ def to_profile(c: Coefficients, lim: EngineLimits, name: str, description: str,
         max_num_seqs=lim.max_num_seqs, max_num_batched_tokens=lim.max_num_batched_tokens,
         kv_capacity_tokens=lim.max_num_seqs * lim.max_model_len,
         multi_token_us=c.multi_token * 1e6, request_overhead_us=c.request_overhead * 1e6,
-        memory_compute=memory_compute)
+        multi_token_kv_us=c.multi_token_kv * 1e6, memory_compute=memory_compute)
 
 
 # --- what a profile predicts for each probe shape (the simulator's engine, one sequence or B in lockstep)
@@ -144,21 +148,23 @@ def predicted_mixed_s(p: Profile, m: MixedSample) -> float:
 FORMS = ("roofline", "compute", "sum")
 FORM_MEMORY_COMPUTE = {"roofline": "max", "compute": "max", "sum": "sum"}  # the profile's memory_compute per form
 _NAMES = ("overhead", "per_seq", "weights", "kv_per_token", "per_token", "per_pair", "multi_token",
-          "request_overhead")
+          "request_overhead", "multi_token_kv")
 
 
 def _step_row(x: np.ndarray | None, tokens: int, seqs: int, kv: float, pairs: float, decode: bool,
               form: str) -> np.ndarray:
     # the step's coefficient vector over _NAMES on the branch of max(memory, compute) that x makes
-    # active (x None: decode reads memory, prefill computes); the sum form pays both (no weights column)
+    # active (x None: decode reads memory, prefill computes); the sum form pays both (no weights column).
+    # multi_token and multi_token_kv are outside max(): a step of more than one token pays them on either branch
+    multi = tokens > 1
     if form == "sum":
-        return np.array([1, seqs, 0, kv, tokens, pairs, 1 if tokens > 1 else 0, 0], dtype=np.float64)
+        return np.array([1, seqs, 0, kv, tokens, pairs, multi, 0, kv if multi else 0], dtype=np.float64)
     if x is None:
         memory = decode
     else:
         memory = x[2] + x[3] * kv >= x[4] * tokens + x[5] * pairs
     return np.array([1, seqs, 1 if memory else 0, kv if memory else 0, 0 if memory else tokens,
-                     0 if memory else pairs, 1 if tokens > 1 else 0, 0], dtype=np.float64)
+                     0 if memory else pairs, multi, 0, kv if multi else 0], dtype=np.float64)
 
 
 _ONCE = np.eye(len(_NAMES))[_NAMES.index("request_overhead")]  # a prefill probe's TTFT pays it once
@@ -215,6 +221,8 @@ def _columns(form: str, decode, fit_request_overhead: bool) -> list[int]:
     cols = {"overhead", "per_token", "per_pair", "kv_per_token"}
     if len({s.batch for s in decode}) > 1:
         cols |= {"per_seq"} if form == "roofline" else {"per_seq", "multi_token"}
+    if form != "roofline" and len({s.prompt_tokens for s in decode if s.batch > 1}) > 1:
+        cols.add("multi_token_kv")   # batched decodes at two contexts: their reads' cost apart from one stream's
     if form == "roofline":
         cols.add("weights")
     if fit_request_overhead:
@@ -291,7 +299,7 @@ def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel:
     lines += ["", "[step]  # see loadgen/sim/profiles.py for the step-time model"]
     lines += [f"{k} = {num(getattr(p, k))}" for k in (
         "overhead_us", "per_seq_us", "weight_bandwidth_gb_s", "kv_bandwidth_gb_s", "compute_tflops",
-        "prefill_launch_us", "decode_launch_us", "multi_token_us", "request_overhead_us")]
+        "prefill_launch_us", "decode_launch_us", "multi_token_us", "multi_token_kv_us", "request_overhead_us")]
     lines.append(f"memory_compute = {json.dumps(p.memory_compute)}")
     lines += ["", "[engine]"]
     lines += [f"{k} = {getattr(p, k)}" for k in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens")]

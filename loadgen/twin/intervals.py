@@ -23,7 +23,7 @@ import math
 import statistics
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 
 from loadgen.analysis.repeats import t_quantile
@@ -74,8 +74,8 @@ def _rounds(path: str, rounds: object, profile: Profile) -> list[Profile]:
     out = []
     for i, r in enumerate(rounds, 1):
         values, problems = {}, []
-        for name in Coefficients.__dataclass_fields__:
-            v = r.get(f"{name}_us") if isinstance(r, dict) else None
+        for name, f in Coefficients.__dataclass_fields__.items():
+            v = r.get(f"{name}_us", None if f.default is MISSING else f.default * 1e6) if isinstance(r, dict) else None
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 problems.append(f"'{name}_us' must be a number >= 0, got {v!r}")
             else:

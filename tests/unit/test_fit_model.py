@@ -104,6 +104,27 @@ def test_sum_form_told_apart_by_the_mixed_probe_and_recovered(tmp_path):
     assert load_profile(str(path)) == r.profile
 
 
+def test_batched_reads_costing_more_than_one_streams_are_recovered(tmp_path):
+    # llama.cpp on a CPU: a batched decode reads its contexts at ~1.7 us a token, one stream at ~1.05 (measured,
+    # docs/twin.md); with multi_token_kv 0 the fit had put that into per_seq and multi_token, and a loaded server's
+    # batch-2 steps at long contexts ran ~13 % above the model
+    lim = EngineLimits("m", 2, 2048, 4096, 45e6, 90e6)
+    truth = to_profile(dataclasses.replace(CPU, multi_token_kv=0.7e-6), lim, "t", "", memory_compute="sum")
+    pre, dec = samples(truth, batches=(1, 2), contexts=(16, 1000))
+    r = fit(pre, dec, lim, request_overhead_s=2e-3, mixed=mixed_samples(truth, batches=(1,)))
+    assert r.form == "sum" and r.coefficients.multi_token_kv == pytest.approx(0.7e-6, rel=1e-3)
+    assert_same(r.coefficients, coefficients(truth), rel=1e-3)
+    b2 = DecodeSample(2, 1000, 64, 0.0)
+    assert predicted_step_s(truth, b2) - predicted_step_s(dataclasses.replace(truth, multi_token_kv_us=0), b2) \
+        == pytest.approx(0.7e-6 * 2 * (1000 + 32 + 1), rel=1e-3)
+    path = tmp_path / "p.toml"
+    path.write_text(to_toml(r.profile, ["fitted by a test"]))
+    assert load_profile(str(path)) == r.profile
+    # batched decodes at one context cannot tell it from per_seq: held at 0
+    pre, dec = samples(truth, batches=(1, 2), contexts=(16,))
+    assert fit(pre, dec, lim, request_overhead_s=2e-3).coefficients.multi_token_kv == 0
+
+
 def test_request_overhead_fitted_from_the_mixed_probe_where_the_server_reports_no_prompt_time():
     # vLLM reports no prompt time: a prefill probe's TTFT is the request overhead plus its steps, a mixed step
     # is timed between tokens without it; together they tell the overhead from a step's own

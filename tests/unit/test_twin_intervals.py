@@ -77,7 +77,11 @@ def test_a_fitted_profiles_rounds_read_back(tmp_path):
     # a round is fitted in the profile's form: a "sum" profile's rounds are "sum" profiles
     cpu = write_fitted(tmp_path, (0.9, 1.1), memory_compute="sum")
     assert {r.memory_compute for r in load_spread(str(cpu), load_profile(str(cpu))).rounds} == {"sum"}
+    # a profile fitted before multi_token_kv existed has rounds without it: 0, as its profile's default
+    path = write_fitted(tmp_path, (0.9, 1.0, 1.1))
     head, _, rest = path.read_text().partition("[[rounds]]")
+    path.write_text(head + "[[rounds]]" + "\n".join(x for x in rest.splitlines() if not x.startswith("multi_token_kv")))
+    assert [coefficients(r).multi_token_kv for r in load_spread(str(path), profile).rounds] == [0.0] * 3
     path.write_text(head + "[[rounds]]" + rest.replace("per_seq_us = ", "per_seq_us = -", 1))
     with pytest.raises(ValueError, match=r"fitted.toml: \[\[rounds\]\] #1: 'per_seq_us' must be a number >= 0"):
         load_spread(str(path), profile)
