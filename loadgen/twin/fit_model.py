@@ -188,19 +188,40 @@ def _rows(x, prefill: list[PrefillSample], decode: list[DecodeSample], mixed: Se
 
 
 def _nnls(a: np.ndarray, y: np.ndarray, free: list[int]) -> np.ndarray:
-    # least squares of relative errors over the columns in `free`, the others 0; a negative coefficient
-    # is fixed at 0 and the rest refitted (a small active set: 7 columns at most)
+    """Least squares of relative errors over the columns in `free`, every coefficient >= 0, the others 0:
+    Lawson and Hanson's active-set method (a column held at 0 comes back when the residual asks for it; the
+    greedy "drop the most negative and refit" this replaces could not, and once left a probe round with
+    every step coefficient at 0). Columns are scaled to unit norm first (ones, tokens and attention pairs
+    differ by 1e6)."""
     w = 1.0 / np.maximum(np.abs(y), 1e-9)
-    aw, yw = a * w[:, None], y * w
-    free = list(free)
-    while True:
-        x = np.zeros(a.shape[1])
-        sol, *_ = np.linalg.lstsq(aw[:, free], yw, rcond=None)
-        x[free] = sol
-        neg = [j for j in free if x[j] < 0]
-        if not neg:
-            return x
-        free.remove(min(neg, key=lambda j: x[j]))
+    m, b = a[:, free] * w[:, None], y * w
+    norms = np.linalg.norm(m, axis=0)
+    norms[norms == 0] = 1.0
+    m = m / norms
+    n = m.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, dtype=bool)
+    tol = 1e-12 * max(1.0, float(np.abs(m).sum()))
+    for _ in range(3 * n + 10):
+        grad = m.T @ (b - m @ x)
+        grad[passive] = -np.inf
+        j = int(np.argmax(grad))
+        if grad[j] <= tol:
+            break
+        passive[j] = True
+        while True:
+            z = np.zeros(n)
+            z[passive], *_ = np.linalg.lstsq(m[:, passive], b, rcond=None)
+            if np.all(z[passive] > tol):
+                x = z
+                break
+            neg = passive & (z <= tol)
+            step = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + step * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+    out = np.zeros(a.shape[1])
+    out[free] = x / norms
+    return out
 
 
 @dataclass

@@ -404,3 +404,31 @@ def test_a_seat_probe_that_cannot_tell_asks_for_the_flag():
                       (NoGauges, "publishes no slot count, and its /metrics no running and waiting gauges")):
         with pytest.raises(ProbeFailed, match=says):
             asyncio.run(cls("http://127.0.0.1:9", 60).seats())
+
+
+def test_nnls_is_the_best_nonnegative_fit():
+    # against brute force: the smallest relative residual over every subset of columns whose unconstrained
+    # fit is nonnegative. The greedy "drop the most negative column and refit" it replaced missed it on
+    # some of these (and once held every step coefficient of a vLLM probe round at 0)
+    import itertools
+
+    import numpy as np
+
+    from loadgen.twin.fit_model import _nnls
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        a = rng.uniform(0, 1, (12, 5)) * rng.choice([1.0, 1e3, 1e6], 5)
+        y = a @ rng.normal(0.5, 1.0, 5) + rng.normal(0, 0.1, 12) * np.abs(a).mean()
+        y = np.abs(y) + 1e-3
+        w = 1 / y
+        best = np.inf
+        for k in range(6):
+            for cols in itertools.combinations(range(5), k):
+                x = np.zeros(5)
+                if cols:
+                    x[list(cols)], *_ = np.linalg.lstsq(a[:, cols] * w[:, None], y * w, rcond=None)
+                if (x >= 0).all():
+                    best = min(best, float(np.linalg.norm((a @ x - y) * w)))
+        got = _nnls(a, y, list(range(5)))
+        assert (got >= 0).all()
+        assert np.linalg.norm((a @ got - y) * w) <= best * (1 + 1e-6) + 1e-9
