@@ -30,8 +30,8 @@ request_overhead is measured, not fitted, when the server reports its own prefil
 (their steps are timed between tokens, without it; a prefill's TTFT has it once: the two tell it from a
 step's own overhead), else 0. multi_kv is fitted where batched decodes were probed at two contexts
 (else 0). Least squares on relative errors
-(each row divided by its measurement), with coefficients kept >= 0 (a negative one is set to 0 and the
-rest refitted). The model is linear on each branch of max(memory, compute): each sample's row is built
+(each row divided by its measurement), with coefficients kept >= 0 (non-negative least squares, _nnls).
+The model is linear on each branch of max(memory, compute): each sample's row is built
 on the branch the current fit makes active (first guess: decode reads memory, prefill computes), and
 the fit is repeated until no sample changes branch. The residual of each sample is then computed with
 the profile's own step_ns, max() included, so the figures describe the profile written.
