@@ -9,8 +9,9 @@ inside their intervals (twin_validation.min_inside). No run is judged inadmissib
 Against llama-server it is a KNOWN GAP (xfail, not strict; docs/twin.md, "Batched reads, and what is left"):
 the model's miss under load is found and closed (a batched decode's reads, multi_token_kv: TPOT per request
 within 0-2 % of the server's own timings at 0.2 and 0.6 x capacity, where it was 7-13 % above them), and a
-run at the fitted speed now has every cell inside; but the server's speed during a run moves 3-6 % from the
-fit's on a quiet host, and every cell of that run moves with it: 9 / 26 and 20 / 26 in two quiet validations.
+run at the fitted speed now has every cell inside; but the server's speed during a run moves 3-10 % from the
+fit's on a quiet host, and every cell of that run moves with it: 9, 20 and 1 of 26 in three quiet
+validations.
 The vLLM test (test_vllm_twin.py) is the same kind.
 """
 from __future__ import annotations
@@ -59,8 +60,8 @@ def test_twin_predicts_llama_server(validation):
 
 
 @pytest.mark.xfail(strict=False, reason="known gap (docs/twin.md, Batched reads, and what is left): the model holds "
-                                        "under load, but a run's server speed moves 3-6 % from the fit's and every "
-                                        "cell of that run with it (9 / 26 and 20 / 26 in two quiet validations)")
+                                        "under load, but a run's server speed moves up to 10 % from the fit's and "
+                                        "every cell of that run with it (9, 20, 1 of 26 in three quiet validations)")
 def test_intervals_cover_the_measured_figures(validation):
     v = validation
     assert v["inside"] >= v["min_inside"], table(v)
