@@ -28,7 +28,7 @@ import io
 import os
 import shutil
 from dataclasses import dataclass
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, TypedDict, get_origin, get_type_hints
@@ -233,11 +233,19 @@ _GET = {k: attrgetter("mix_class" if k == "class" else k) for k in REQUEST_SCHEM
 _WAITED = pl.when(pl.col("tool_round") > 0).then(pl.col("tool_latency_ns")).alias("tool_latency_ns")
 
 
-def requests_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
-    # Column by column (one C-level pass over the rows each); times made relative to t0 by Polars (null
-    # stays null). Runs in the flush thread every FLUSH_EVERY_TICKS: its Python work is the loop's too (GIL).
-    frame = pl.DataFrame({k: list(map(get, rows)) for k, get in _GET.items()}, schema=REQUEST_SCHEMA)
-    return frame.with_columns(*(pl.col(f) - t0_ns for f in TIME_FIELDS), _WAITED)
+def no_pause() -> None:
+    """The `pause` of work that nothing else waits for (run/pacing.py paces the flush thread's)."""
+
+
+def requests_frame(rows: list[Row], t0_ns: int, pause: Callable[[], None] = no_pause) -> pl.DataFrame:
+    # Column by column (one C-level pass over the rows each, then its Series); times made relative to t0 by
+    # Polars (null stays null). Runs in the flush thread every FLUSH_EVERY_TICKS: its Python work holds the
+    # GIL the loop needs, so `pause` (run/pacing.py) is called after each column.
+    columns = []
+    for k, get in _GET.items():
+        columns.append(pl.Series(k, list(map(get, rows)), REQUEST_SCHEMA[k]))
+        pause()
+    return pl.DataFrame(columns).with_columns(*(pl.col(f) - t0_ns for f in TIME_FIELDS), _WAITED)
 
 
 _CHUNK_T, _CHUNK_TOKENS = attrgetter("chunk_t_ns"), attrgetter("chunk_tokens")
@@ -253,11 +261,13 @@ def chunk_columns(rows: list[Row]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return counts, t, k
 
 
-def tokens_frame(rows: list[Row], t0_ns: int) -> pl.DataFrame:
+def tokens_frame(rows: list[Row], t0_ns: int, pause: Callable[[], None] = no_pause) -> pl.DataFrame:
     with_chunks = [r for r in rows if len(r.chunk_t_ns)]
     if not with_chunks:
         return pl.DataFrame(schema=TOKEN_SCHEMA)
+    pause()
     counts, t, n = chunk_columns(with_chunks)
+    pause()
     t, n = t - t0_ns, n.astype(np.int32)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     idx = (np.arange(t.size, dtype=np.int64) - starts).astype(np.int32)
@@ -333,17 +343,22 @@ def write_json(path: Path, obj: Mapping[str, Any], sync: bool = True) -> None:
     write_bytes_durably(Path(path), data, sync)
 
 
-def parquet_bytes(df: pl.DataFrame) -> bytes:
+def parquet_bytes(df: pl.DataFrame, part: bool = False) -> bytes:
     """The frame as a Parquet file, in memory: the write itself is then ours (write_bytes_durably), and a
-    full disk is an OSError with its errno, not a Polars error about thrift."""
+    full disk is an OSError with its errno, not a Polars error about thrift. A `part` (a run's _parts/,
+    written while the run goes and merged at its end) is not compressed and has no statistics: less than
+    half the CPU of Polars' default (zstd), taken from the run's own core, for ~3x the bytes."""
     buf = io.BytesIO()
-    df.write_parquet(buf)
+    if part:
+        df.write_parquet(buf, compression="uncompressed", statistics=False)
+    else:
+        df.write_parquet(buf)
     return buf.getvalue()
 
 
-def write_parquet(path: Path, df: pl.DataFrame) -> None:
+def write_parquet(path: Path, df: pl.DataFrame, part: bool = False) -> None:
     """df as Parquet, every secret this process sends scrubbed from its string columns."""
-    write_bytes_durably(Path(path), parquet_bytes(scrub_strings(df)))
+    write_bytes_durably(Path(path), parquet_bytes(scrub_strings(df), part))
 
 
 def scrub_strings(df: pl.DataFrame) -> pl.DataFrame:
@@ -471,8 +486,9 @@ class RunWriter:
         """Where the run's interval logs go (run/intervals.py): the folder itself."""
         return self.path
 
-    def flush(self, rows: list[Row], t0_ns: int, name: str = "") -> None:
-        """Write rows finished since the last flush as a part (may run in a worker thread). The part is then
+    def flush(self, rows: list[Row], t0_ns: int, name: str = "", pause: Callable[[], None] = no_pause) -> None:
+        """Write rows finished since the last flush as a part (may run in a worker thread, which calls
+        `pause` between pieces of the work: run/pacing.py). The part is then
         their only copy (Recorder.release drops them: a long run's memory stays flat); finalize() reads
         them back. Should the tokens part fail, the requests part goes too and the error is raised: the
         rows are then not flushed (finalize counts a row flushed by its requests part). A failed write
@@ -482,10 +498,14 @@ class RunWriter:
         self._part += 1
         requests = self.path / PARTS / f"requests-{name}{self._part:05d}.parquet"
         try:
-            write_parquet(requests, requests_frame(rows, t0_ns))
+            frame = requests_frame(rows, t0_ns, pause)
+            pause()
+            write_parquet(requests, frame, part=True)
+            pause()
             try:
-                write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet",
-                              tokens_frame(rows, t0_ns))
+                frame = tokens_frame(rows, t0_ns, pause)
+                pause()
+                write_parquet(self.path / PARTS / f"tokens-{name}{self._part:05d}.parquet", frame, part=True)
             except BaseException:
                 requests.unlink(missing_ok=True)
                 raise

@@ -65,11 +65,13 @@ from loadgen.run import hostload
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms, metric_values_ns
 from loadgen.run.live import Feed, Tracker
 from loadgen.run.outcome import ViewStream, say
+from loadgen.run.pacing import Pacer
 from loadgen.run.prepare import Target
 
 START_LEAD_NS = 100_000_000     # t0 is this far after set-up, so request 0 is not late by construction
 FLUSH_EVERY_TICKS = 2           # parquet parts every 2 s; hlog lines every 1 s
 SWITCH_INTERVAL_S = 0.00005     # GIL hand-over bound while the run goes (Python's default: 5 ms)
+RELEASE_ROWS = 256              # flushed rows freed between two of the flush thread's pauses
 # Event-loop lateness probe period. Each wake costs ~65-95 µs of CPU on this VM (a plain 20-ms asyncio.sleep
 # loop costs as much: it is the wake-up, not the probe), so 50 ms: 1.4 ms of CPU a second instead of 3.5.
 # A stall's share of the samples is its share of the run whatever the period (a blocked loop's missed
@@ -517,16 +519,22 @@ def tick_work(writer: RunWriter, recorder: Recorder, hists: LiveHistograms, rows
     # parts, and a lowered (nice 19) holder beside CPU-bound processes is not scheduled for hundreds of
     # ms while the loop waits for the GIL (priority inversion; measured beside a 2-job compile at 400
     # req/s: send-lag p99 160-220 ms at nice 19, 4.2 ms at nice 0, the bare client 4.9 ms). The
-    # GIL switch interval bounds how long it holds the loop off only while it is running.
-    saving(writer, lambda: hists.record_interval(rows, end_ns))
+    # GIL switch interval bounds how long it holds the loop off only while it is running, and the pacer
+    # (run/pacing.py) how much of the loop's core and GIL it takes while it works.
+    pause = Pacer()
+    saving(writer, lambda: hists.record_interval(rows, end_ns, pause))
     rows.clear()
     if flush and writer.failure is None:
         try:
-            writer.flush(flush, t0)
+            writer.flush(flush, t0, pause=pause)
         except StorageError:
             return  # kept in writer.failure; the rows stay in the recorder, unflushed
-        recorder.release(flush)
-        flush.clear()  # the last references: the rows are freed here, off the event loop's thread
+        # the last references: the rows are released and freed here, off the event loop's thread, a few
+        # hundred at a time (freeing thousands of rows is milliseconds of the GIL)
+        while flush:
+            recorder.release(flush[-RELEASE_ROWS:])
+            del flush[-RELEASE_ROWS:]
+            pause()
 
 
 def _tracker(feed: Feed, runner: Runner, rows: list[Row], t0: int, closed: bool, bounded_pool: bool,

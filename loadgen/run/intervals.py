@@ -14,6 +14,7 @@ Called from a worker thread: it only reads rows that are finished (no longer tou
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter
 from pathlib import Path
 
@@ -22,30 +23,38 @@ import numpy as np
 from loadgen.results import hdr
 from loadgen import metrics
 from loadgen.client.recorder import OK, Row
-from loadgen.results.folder import chunk_columns
+from loadgen.results.folder import chunk_columns, no_pause
 from loadgen.run.live import Tracker
 
 INTERVAL_NS = 1_000_000_000
 
 
-def metric_values_ns(rows: list[Row]) -> dict[str, np.ndarray]:
+def metric_values_ns(rows: list[Row], pause: Callable[[], None] = no_pause) -> dict[str, np.ndarray]:
     """The samples (ns) of every metric over these finished rows (definitions: loadgen/metrics.py).
     Numpy, not a Polars frame: an interval holds a few rows, and Polars' fixed cost per query (~1.1 ms of the
     flush thread's CPU for a 5-row interval, against 54 µs now; docs/scale-out.md) was most of the work. Timestamps
     become float64: exact below 2**53 ns (104 days of uptime), within a few ns beyond, in µs histograms."""
     measured = [r for r in rows if not r.warmup]
-    values = metrics.values_ns({f: np.array(list(map(get, measured)), dtype=np.float64) for f, get in _GET.items()})
+    fields = {}
+    for f, get in _GET.items():   # `pause` (run/pacing.py) between pieces: the flush thread holds the GIL
+        fields[f] = np.array(list(map(get, measured)), dtype=np.float64)
+        pause()
+    values = metrics.values_ns(fields)
     ok = np.array([r.outcome == OK for r in measured], dtype=bool)
+    pause()
     out = {}
     for m in _SCALAR:
         # a metric's nulls are dropped: a pooling answer (no first token, last_token_ns set) gives e2e only
         v = values[m]
         out[m] = v[~np.isnan(v) & ok] if metrics.ROWS[m] == "ok" else v[~np.isnan(v)]
     ok_rows = [r for r in measured if r.outcome == OK and r.first_token_ns is not None]
+    pause()
     counts, t, k = chunk_columns(ok_rows)
+    pause()
     if counts.sum():
         owner = np.repeat(np.arange(len(ok_rows)), counts)
         out["itl"] = metrics.itl_samples_ns(t, k, owner)  # each row's stamps are already in time order
+        pause()
     else:
         out["itl"] = np.empty(0)
     return out
@@ -69,11 +78,12 @@ class LiveHistograms:
         self.next_start_ns = 0   # from t0: where the next interval begins
         self.tracker: Tracker | None = None  # set when the run is watched live (live.py)
 
-    def record_interval(self, rows: list[Row], end_ns: int) -> None:
-        """Write the interval [next_start, end_ns) (ns from t0) holding these rows' samples."""
+    def record_interval(self, rows: list[Row], end_ns: int, pause: Callable[[], None] = no_pause) -> None:
+        """Write the interval [next_start, end_ns) (ns from t0) holding these rows' samples; `pause` is
+        called between pieces of the work (run/pacing.py)."""
         start = self.next_start_ns
         end = max(end_ns, start)
-        values = metric_values_ns(rows) if rows else {}
+        values = metric_values_ns(rows, pause) if rows else {}
         last = {}
         for m, w in self.writers.items():
             hist = self._scratch[m]
@@ -81,6 +91,7 @@ class LiveHistograms:
             rec = last[m] = hdr.Recorded(hist, hdr.record_ns(hist, values.get(m, np.empty(0, dtype=np.int64))))
             w.write_interval(start, end, rec)
             self.totals[m].add(rec)
+            pause()
         self.next_start_ns = end
         if self.tracker is not None:
             self.tracker.interval(start, end, rows, values, last, self.totals)

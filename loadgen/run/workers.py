@@ -49,7 +49,7 @@ from loadgen.client.recorder import DROPPED
 from loadgen.config.credentials import ScrubbedStream, remember_sent
 from loadgen.config.workload import RunConfig, with_overrides
 from loadgen.plan.schedule import Schedule, build
-from loadgen.results.folder import requests_frame, PARTS, REQUEST_SCHEMA, RunWriter, write_json
+from loadgen.results.folder import no_pause, requests_frame, PARTS, REQUEST_SCHEMA, RunWriter, write_json
 from loadgen.results.merge import merge_shares, share_record, share_requests
 from loadgen.run.ending import RunFacts, combine_generators, finish, judge, run_manifest
 from loadgen.run.inprocess import START_LEAD_NS, Job, t0_section
@@ -177,8 +177,8 @@ class PartWriter(RunWriter):
         if self.failure is None:
             self.failure = error
 
-    def flush(self, rows, t0_ns: int, name: str = "") -> None:
-        super().flush(rows, t0_ns, f"{self.worker}-")
+    def flush(self, rows, t0_ns: int, name: str = "", pause=no_pause) -> None:
+        super().flush(rows, t0_ns, f"{self.worker}-", pause)
 
     def finalize(self, rows, t0_ns: int) -> pl.DataFrame:
         """The rows not flushed yet as one last part; returns the share's rows (idx order), saved or not

@@ -1,8 +1,9 @@
 """fastmock.c built and started for the bench: a fixed-mode streaming server in C with the simulator's truth.
 
-`BENCH_SERVER=fastmock` runs bench_fast's cases against it instead of `loadgen sim --mode fixed` (same TTFT,
-ITL, truth columns). The one-core Python simulator saturates near 1,600 req/s of 16-token streams on the
-shared 2-core VM; this server is not the limit there, so the client's own ceiling shows (issue 29 part 3).
+bench_fast runs its cases against it wherever gcc builds it (else, or with `BENCH_SERVER=sim`, against
+`loadgen sim --mode fixed`: the same TTFT, ITL and truth columns, far less precise). The one-core Python
+simulator saturates near 1,600 req/s of 16-token streams on the shared 2-core VM; this server is not the
+limit there, so the client's own ceiling shows (issue 29 part 3).
 Built with the machine's gcc into $LOADGEN_CACHE (default ~/.cache/loadgen)/bench/, keyed on the source's
 hash (nothing is written into the checkout), and stopped by PID. build("cclient") builds the C reference
 client the same way (bench_fast's client `c`).

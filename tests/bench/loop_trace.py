@@ -3,8 +3,9 @@
     python -m tests.bench.loop_trace                  rates 100, 400, 800 req/s x 64 tokens, 10 s each
     LOOP_TRACE_RATES=800 LOOP_TRACE_S=5 python -m tests.bench.loop_trace
 
-Runs `loadgen run` in this process (pinned to BENCH_CLIENT_CORE, default 0) against a fresh
-`loadgen sim --mode fixed --ttft 20ms --itl 5ms` pinned to BENCH_SIM_CORE (default 1), as bench_fast does,
+Runs `loadgen run` in this process (pinned to BENCH_CLIENT_CORE, default 0) against a fresh server of fixed
+timing (TTFT 20 ms, ITL 5 ms: bench_fast.server(), fastmock where gcc builds it) pinned to BENCH_SIM_CORE
+(default 1), as bench_fast does,
 with three instruments that exist only here (they perturb what they measure, a little, and say by how much):
 
 - Loop iterations: every SAMPLE_EVERY_MS the loop runs, for CHAIN_MS, a chain of `call_soon` callbacks,
@@ -18,6 +19,9 @@ with three instruments that exist only here (they perturb what they measure, a l
   kernel's wake-up; wakes later than STACK_MS keep every other thread's innermost frame (what ran).
 - The flush thread's ticks (run/inprocess.tick_work: the second's histograms, every 2 s a Parquet part):
   their wall time and their own CPU time.
+
+Each run also prints the send lag p99 of the requests due while a flush tick ran and of all the others:
+where the client's tail comes from (run/pacing.py says why it is no longer the ticks).
 
 The numbers are what the issue asks for: the iteration histogram and the longest GIL hold bound the time
 heavy work can hold the loop off. See tests/bench/README.md for the figures.
@@ -34,11 +38,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import orjson
+import polars as pl
 
 from loadgen.client.runner import Runner
 from loadgen.cli.main import main as loadgen_main
 from loadgen.run import inprocess
-from tests.bench.bench_fast import start_sim, workload
+from tests.bench.bench_fast import server, start_sim, workload
 
 SAMPLE_EVERY_MS = 10.0
 CHAIN_MS = 1.0
@@ -144,16 +150,34 @@ def quantiles(values_ns: list[int]) -> str:
     return f"n {ms.size}  p50 {p50:.3f}  p99 {p99:.3f}  p99.9 {p999:.3f}  max {ms.max():.3f} ms"
 
 
+def send_lag_by_tick(run: Path, trace: Trace) -> str:
+    """Send lag (dispatched - intended) p99 of the requests due while the flush thread worked, and of the
+    rest: where the tail comes from. perf_counter and CLOCK_MONOTONIC are one clock on Linux."""
+    m = orjson.loads((run / "manifest.json").read_bytes())
+    req = pl.read_parquet(run / "requests.parquet").filter(pl.col("dispatched_ns").is_not_null())
+    due = req["intended_ns"].to_numpy() + m["t0"]["monotonic_ns"]
+    lag_ms = (req["dispatched_ns"] - req["intended_ns"]).to_numpy() / 1e6
+    ticks = np.array([(a, b) for a, b, _ in trace.ticks], dtype=np.int64).reshape(-1, 2)
+    inside = ((due[:, None] >= ticks[:, 0]) & (due[:, None] <= ticks[:, 1])).any(axis=1)
+    parts = [f"{np.quantile(lag_ms[sel], 0.99):.3f} ms (n {sel.sum()})" if sel.any() else "none"
+             for sel in (inside, ~inside)]
+    return " / ".join(parts)
+
+
 def one_rate(trace: Trace, rate: float, seconds: float, tokens: int) -> None:
     with tempfile.TemporaryDirectory(prefix="looptrace-") as d:
         tmp = Path(d)
         sim = start_sim(tmp / "truth.jsonl", os.environ.get("BENCH_SIM_CORE", "1"))
         try:
             w = workload(tmp / "w.toml", rate, seconds, tokens)
-            rc = loadgen_main(["run", str(w), "--url", sim.url, "--out", str(tmp / "run"), "--quiet"])
+            # fastmock has no /tokenize: approximate prompt lengths, asked for (as bench_fast does)
+            approx = ["--tokenizer", "approximate"] if server() == "fastmock" else []
+            rc = loadgen_main(["run", str(w), "--url", sim.url, "--out", str(tmp / "run"), "--quiet", *approx])
         finally:
             sim.stop()
+        lag = send_lag_by_tick(tmp / "run", trace)
     print(f"\n{rate:g} req/s x {tokens} tokens, {seconds:g} s (loadgen exit {rc})")
+    print(f"  send lag p99, requests due during a flush tick / all others: {lag}")
     if trace.chains:
         print(f"  loop iterations (sampled {CHAIN_MS:g} ms of every {SAMPLE_EVERY_MS:g} ms: the loop kept polling "
               f"{trace.chain_ns / 1e9 / seconds:.1%} of the run): {quantiles(trace.iterations_ns)}")

@@ -29,3 +29,18 @@ def test_a_stall_in_one_repetition_is_a_miss_and_rates_outside_the_range_are_not
                case("loadgen", rate=200.0, kind="accuracy"), {**case("bare", rate=200.0), "error": "x"}]  # unpaired
     lines, misses = judge(results)
     assert len(lines) == 6 and misses == [m for m in misses if "400/s run 2" in m] and len(misses) == 1
+
+
+@pytest.mark.parametrize("cv, lag99, server, missed", [
+    (1.1, 1.0, "fastmock", []),                                               # both at their bound
+    (0.89, 0.2, "fastmock", ["arrival_cv_at_server"]),                        # the Poisson shape lost
+    (1.04, 1.01, "fastmock", ["send_lag_p99_ms"]),
+    (None, 0.2, "fastmock", ["arrival_cv_at_server"]),                        # not measured is a miss
+    (2.0, 9.0, "sim", []),                                                    # the simulator: not judged
+])
+def test_one_core_at_2000_per_s_keeps_the_shape_and_the_send_lag(cv, lag99, server, missed):
+    one_core = {"kind": "capacity", "client": "loadgen", "rate_per_s": 2000.0, "rep": 0, "server": server,
+                "arrival_cv_at_server": cv, "send_lag_p99_ms": lag99}
+    lines, misses = judge([one_core, {**one_core, "client": "bare", "arrival_cv_at_server": 2.0}])
+    assert [m.split(": ")[1].split()[0] for m in misses] == missed
+    assert len(lines) == (1 if server == "sim" else 2)
