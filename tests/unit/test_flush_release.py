@@ -197,18 +197,23 @@ def test_a_workers_share_releases_its_rows_by_their_plan_index():
     assert [r.idx for r in recorder.unflushed()] == [1, 7]
 
 
+def finished_run(tmp_path, n: int) -> tuple[RunWriter, Recorder, LiveHistograms]:
+    """A run's writer, its recorder with n finished rows (rows_of_a_run) and its interval histograms: what a
+    flush tick (inprocess.tick_work) is given."""
+    writer = RunWriter(tmp_path / "run")
+    writer.prepare()
+    recorder = Recorder(rows_of_a_run(n))
+    for r in recorder.rows:
+        recorder.finish(r)
+    return writer, recorder, LiveHistograms(writer.path, T0, 1_700_000_000.0)
+
+
 def test_the_flush_thread_keeps_the_loops_cpu_priority(tmp_path):
     # The once-a-second work (histograms, parquet parts, release) runs in the loop's default thread pool,
     # whose threads also parse long streams (offload.py). It holds the GIL in its Python parts: a thread
     # niced below the loop is left unscheduled beside CPU-bound processes while the loop waits for the
     # GIL (it was nice 19: send-lag p99 of 160-220 ms beside a compile, 4 ms without).
-    rows = rows_of_a_run(30)
-    writer = RunWriter(tmp_path / "run")
-    writer.prepare()
-    recorder = Recorder(rows)
-    for r in rows:
-        recorder.finish(r)
-    hists = LiveHistograms(writer.path, T0, 1_700_000_000.0)
+    writer, recorder, hists = finished_run(tmp_path, 30)
 
     def flush_then_priority(finished: list) -> tuple[int, int]:
         tick_work(writer, recorder, hists, list(finished), INTERVAL_NS, finished, T0)

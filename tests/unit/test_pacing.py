@@ -4,13 +4,12 @@ with and without the pauses. No clock thresholds: the pauses are counted, not ti
 measured by tests/bench/loop_trace.py; figures in docs/scale-out.md)."""
 import polars as pl
 
-from loadgen.client.recorder import Recorder
 from loadgen.results import hdr
 from loadgen.results.folder import PARTS, REQUEST_SCHEMA, RunWriter
 from loadgen.run import inprocess
 from loadgen.run.intervals import INTERVAL_NS, LiveHistograms
 from loadgen.run.pacing import Pacer
-from tests.unit.test_flush_release import T0, rows_of_a_run
+from tests.unit.test_flush_release import T0, finished_run, rows_of_a_run
 
 
 class Count:
@@ -60,13 +59,7 @@ def test_an_interval_is_recorded_in_paced_pieces_and_is_the_same(tmp_path):
 
 def test_a_tick_frees_its_flushed_rows_a_few_hundred_at_a_time(tmp_path, monkeypatch):
     # freeing thousands of rows in one go is milliseconds of the GIL: the tick releases them in pieces
-    rows = rows_of_a_run(1000)
-    writer = RunWriter(tmp_path / "run")
-    writer.prepare()
-    recorder = Recorder(rows)
-    for r in rows:
-        recorder.finish(r)
-    hists = LiveHistograms(writer.path, T0, 1_700_000_000.0)
+    writer, recorder, hists = finished_run(tmp_path, 1000)
     finished = recorder.take_finished()
     held = []   # rows still in the flushed list at each pause
 
