@@ -79,6 +79,12 @@ def server() -> str:
     return os.environ.get("BENCH_SERVER") or ("fastmock" if shutil.which("gcc") else "sim")
 
 
+def tokenizer_args() -> list[str]:
+    """`loadgen run`'s flags for the server: fastmock has no /tokenize, so approximate prompt lengths are asked
+    for, and the status says only what the self-check found."""
+    return ["--tokenizer", "approximate"] if server() == "fastmock" else []
+
+
 def start_sim(truth: Path, core: str, processes: int = 1) -> SimProcess | FastMock:
     """The server of every case, pinned to `core`: fastmock.c (server() "fastmock": one process whatever
     `processes` says) or `loadgen sim --mode fixed` ("sim")."""
@@ -101,11 +107,8 @@ def run_loadgen(url: str, tmp: Path, rate: float, duration_s: float, tokens: int
                 transport: str = "raw") -> tuple[dict, pl.DataFrame, pl.DataFrame]:
     out = tmp / "run"
     w = workload(tmp / "w.toml", rate, duration_s, tokens)
-    # fastmock has no /tokenize: approximate prompt lengths, asked for, so that the status says only what the
-    # self-check found
-    approx = ["--tokenizer", "approximate"] if server() == "fastmock" else []
     p = subprocess.run(["taskset", "-c", core, PY, "-m", "loadgen", "run", str(w), "--url", url, "--out", str(out),
-                        "--quiet", *approx], capture_output=True, text=True,
+                        "--quiet", *tokenizer_args()], capture_output=True, text=True,
                        env={**os.environ, "LOADGEN_TRANSPORT": transport})
     if p.returncode not in (0, 3):
         raise RuntimeError(f"loadgen run failed ({p.returncode}): {p.stderr[-2000:]}")

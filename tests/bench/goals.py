@@ -30,7 +30,14 @@ def pairs(results: Iterable[dict]) -> dict[tuple, tuple[dict, dict]]:
 
 def judge(results: Iterable[dict]) -> tuple[list[str], list[str]]:
     """(lines: every judged figure, misses: the lines of the goals missed)."""
+    results = list(results)   # read twice: the pairs against the bare client, then loadgen alone
     lines, misses = [], []
+
+    def verdict(ok: bool, line: str) -> None:
+        lines.append(("ok    " if ok else "MISSED ") + line)
+        if not ok:
+            misses.append(line)
+
     for (kind, rate, rep), (lg, bare) in sorted(pairs(results).items()):
         if not RATES_PER_S[0] <= rate <= RATES_PER_S[1]:
             continue
@@ -47,9 +54,7 @@ def judge(results: Iterable[dict]) -> tuple[list[str], list[str]]:
                 ok = b > 0 and a / b <= bound
                 line = f"{kind} {rate:g}/s run {rep + 1}: {col} loadgen / bare = {a / b if b else float('inf'):.2f}x " \
                        f"(goal <= {bound}x)"
-            lines.append(("ok    " if ok else "MISSED ") + line)
-            if not ok:
-                misses.append(line)
+            verdict(ok, line)
     for r in results:
         if r.get("client") != "loadgen" or r.get("rate_per_s") != ONE_CORE_RATE_PER_S or "error" in r:
             continue
@@ -63,7 +68,5 @@ def judge(results: Iterable[dict]) -> tuple[list[str], list[str]]:
             ok = v is not None and (round(abs(v - 1), 9) <= bound if how == "cv" else v <= bound)
             line = (f"{head}: {col} {v:.3f} (goal " + (f"1 ± {bound})" if how == "cv" else f"<= {bound})")
                     if v is not None else f"{head}: {col} not measured")
-            lines.append(("ok    " if ok else "MISSED ") + line)
-            if not ok:
-                misses.append(line)
+            verdict(ok, line)
     return lines, misses

@@ -44,7 +44,7 @@ import polars as pl
 from loadgen.client.runner import Runner
 from loadgen.cli.main import main as loadgen_main
 from loadgen.run import inprocess
-from tests.bench.bench_fast import server, start_sim, workload
+from tests.bench.bench_fast import start_sim, tokenizer_args, workload
 
 SAMPLE_EVERY_MS = 10.0
 CHAIN_MS = 1.0
@@ -170,9 +170,8 @@ def one_rate(trace: Trace, rate: float, seconds: float, tokens: int) -> None:
         sim = start_sim(tmp / "truth.jsonl", os.environ.get("BENCH_SIM_CORE", "1"))
         try:
             w = workload(tmp / "w.toml", rate, seconds, tokens)
-            # fastmock has no /tokenize: approximate prompt lengths, asked for (as bench_fast does)
-            approx = ["--tokenizer", "approximate"] if server() == "fastmock" else []
-            rc = loadgen_main(["run", str(w), "--url", sim.url, "--out", str(tmp / "run"), "--quiet", *approx])
+            rc = loadgen_main(["run", str(w), "--url", sim.url, "--out", str(tmp / "run"), "--quiet",
+                               *tokenizer_args()])
         finally:
             sim.stop()
         lag = send_lag_by_tick(tmp / "run", trace)
