@@ -19,7 +19,8 @@ Environment (durations in seconds; a quick run: BENCH_ACCURACY_S=3 BENCH_CAPACIT
                                built with gcc; without gcc: sim, `loadgen sim --mode fixed` (lateness p99 3-10 ms,
                                saturated near 1,600 req/s), said on the first line. BENCH_SERVER=sim asks for it
   BENCH_REPEATS      3         every case this many times, alternating the clients at each rate (goals.py
-                               judges each repetition: a stall in one is a miss)
+                               judges the errors in each repetition, a stall in one is a miss; the CPU
+                               over the repetitions together)
 
 Exit status: 1 when a goal of tests/bench/goals.py is missed (every figure is printed first).
 

@@ -1,5 +1,5 @@
-"""`make bench`'s regression guard (tests/bench/goals.py): each goal judged per rate and repetition against the
-bare client of the same run; a miss in one repetition is a miss."""
+"""`make bench`'s regression guard (tests/bench/goals.py): each goal judged per rate against the bare client of
+the same run; an error goal in each repetition (a miss in one is a miss), the CPU goal over the repetitions."""
 import pytest
 
 from tests.bench.goals import judge
@@ -28,7 +28,23 @@ def test_a_stall_in_one_repetition_is_a_miss_and_rates_outside_the_range_are_not
                case("loadgen", rate=50.0, cpu=99.0, kind="accuracy"), case("bare", rate=50.0, kind="accuracy"),
                case("loadgen", rate=200.0, kind="accuracy"), {**case("bare", rate=200.0), "error": "x"}]  # unpaired
     lines, misses = judge(results)
-    assert len(lines) == 6 and misses == [m for m in misses if "400/s run 2" in m] and len(misses) == 1
+    assert len(lines) == 5 and misses == [m for m in misses if "400/s run 2" in m] and len(misses) == 1
+
+
+@pytest.mark.parametrize("runs, missed", [
+    ([(13.5, 10.0, 1000), (11.5, 10.0, 1000)], False),   # 1.35x and 1.15x: 1.25x over both runs
+    ([(13.5, 10.0, 3000), (11.5, 10.0, 500)], True),     # the runs weigh by their chunks: 1.32x (1.25x unweighted)
+    ([(13.0, 10.0, 1000), (13.0, 10.0, 1000)], False),   # at the bound
+    ([(13.2, 10.0, 1000), (None, 10.0, 1000)], True),    # not measured in one run is a miss
+])
+def test_the_cpu_goal_is_judged_over_the_repetitions_weighted_by_chunks(runs, missed):
+    results = []
+    for rep, (lg, bare, chunks) in enumerate(runs):
+        results += [{**case("loadgen", rep=rep, cpu=lg), "chunks": chunks},
+                    {**case("bare", rep=rep, cpu=bare), "chunks": chunks}]
+    lines, misses = judge(results)
+    cpu = [line for line in lines if "cpu_us_per_chunk" in line]
+    assert len(cpu) == 1 and bool(misses) == missed and (not missed or "cpu_us_per_chunk" in misses[0])
 
 
 @pytest.mark.parametrize("cv, lag99, server, missed", [

@@ -35,6 +35,7 @@ shape.) Chunk times are the stamp of the read that completed each event.
 """
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from itertools import chain, islice, repeat
 from typing import Any
@@ -193,7 +194,7 @@ class OpenAIBackend:
         row.prompt_tokens = usage.get("prompt_tokens")
         row.cached_tokens = cached_tokens(usage)
         row.reasoning_tokens = reasoning_tokens(usage) or 0  # no reasoning event: only the server may say
-        row.chunk_tokens.extend(repeat(1, content))
+        row.chunk_tokens.extend(_ONES[:content] if content <= len(_ONES) else repeat(1, content))
         row.n_chunks = row.output_tokens = content
         row.first_token_ns, row.last_token_ns = t[0], t[-1]
         row.first_answer_ns = t[0]
@@ -257,6 +258,7 @@ class OpenAIBackend:
         return finished
 
 
+_ONES = array("l", [1]) * 4096   # one token a chunk, for chunk_tokens: a slice of it is one copy
 _TEXT_KEY = {"completions": b'"text":"', "chat": b'"content":"'}  # a content event's text, as servers write it
 # Reasoning keys that may stand in a plain content stream's body without carrying output: null or empty
 # fields (SGLang writes every delta field, null when unused) and the usage's reasoning count.
