@@ -41,6 +41,8 @@ STREAMS = {
     "null error field": [b'data: {"choices":[{"index":0,"text":"a","finish_reason":null}],"error":null}\n\n',
                          cmpl(b"b", b'"length"'), usage(2) + DONE],
     "no usage": [cmpl(b"a"), cmpl(b"b", b'"length"'), DONE],
+    # more tokens than the fast path's prebuilt array of ones (openai._ONES) holds
+    "5,000 tokens": [cmpl(b"t")] * 4999 + [cmpl(b"z", b'"length"'), usage(5000) + DONE],
     "incomplete": [cmpl(b"a"), cmpl(b"b")],
 }
 
@@ -69,3 +71,10 @@ def test_a_null_error_field_stays_on_the_fast_path():
     r = Row(0, "r", 0, 1, 4)
     assert OpenAIBackend("completions", "m", {})._interpret_fast(r, array("q", [1, 2, 3]), STREAMS["null error field"])
     assert r.outcome == "ok" and r.output_tokens == 2
+
+
+def test_a_stream_longer_than_the_ones_array_stays_on_the_fast_path():
+    r = Row(0, "r", 0, 1, 4)
+    reads = STREAMS["5,000 tokens"]
+    assert OpenAIBackend("completions", "m", {})._interpret_fast(r, array("q", range(1, len(reads) + 1)), reads)
+    assert r.output_tokens == 5000 and list(r.chunk_tokens) == [1] * 5000
