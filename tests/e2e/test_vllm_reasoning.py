@@ -163,11 +163,19 @@ def test_reasoning_rows_against_vllm(vllm, tmp_path):
                 n_tokens_max=pl.col("n_tokens").max(), twos=(pl.col("n_tokens") == 2).sum()))
     rows = rows.join(per, on="request_id")
     assert (rows["chunks"] == rows["n_chunks"]).all()
+    # one token per chunk (OUT chunks for a row that thought to max_tokens), but the first </think>, which
+    # streams no delta (OUT - 1 for a row that answered); never more. Fewer is vLLM merging a request's pending
+    # deltas (above: the server's doing, the client counted what it read, chunks == n_chunks): such a row is
+    # left out of the exact checks below, and it must stay rare (a fresh clone on 2026-12-07: 1 row of 24, 46 chunks).
+    expected = pl.when(pl.col("first_answer_ns").is_null()).then(OUT).otherwise(OUT - 1)
+    rows = rows.with_columns(merged=pl.col("n_chunks") < expected)
+    assert (rows["n_chunks"] <= rows.select(expected).to_series()).all(), (front_end, rows[["n_chunks"]])
+    assert rows["merged"].sum() <= N // 8, (front_end, rows.filter("merged")[["n_chunks", "reasoning_tokens"]])
+    rows = rows.filter(~pl.col("merged"))
     ended = rows.filter(pl.col("first_answer_ns").is_not_null())
     thinking = rows.filter(pl.col("first_answer_ns").is_null())       # thought to max_tokens: all reasoning
     assert (thinking["reasoning_tokens"] == OUT).all() and (thinking["n_chunks"] == OUT).all(), (front_end,
                                                                                                   thinking)
-    # one token per chunk but the first </think>, which streams no delta: n_chunks = output - 1
     assert (ended["n_chunks"] == OUT - 1).all(), (front_end, ended[["n_chunks", "reasoning_tokens"]])
     both = ended.filter(pl.col("reasoning_tokens") > 0)
     assert both.height >= N // 2, rows[["reasoning_tokens", "first_answer_ns"]]   # the bias gives both phases
