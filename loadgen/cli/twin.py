@@ -19,7 +19,9 @@ def add_parsers(sub) -> None:
     f.add_argument("--out", required=True, metavar="FILE.toml", help="the profile to write")
     f.add_argument("--budget", default="60s", metavar="DURATION", help="time bound of the probes (default 60s)")
     f.add_argument("--rounds", type=int, metavar="N",  # default: fit.ROUNDS (imported lazily: a fast start)
-                   help="rounds of probes at most (default 8; fewer when the budget ends first)")
+                   help="rounds of probes at most (default 8, with --recheck 3; fewer when the budget ends first)")
+    f.add_argument("--recheck", metavar="PROFILE.toml",
+                   help="measure the server's speed now against this profile (a few seconds) and write it scaled")
     f.add_argument("--max-num-seqs", type=int, metavar="N",
                    help="slots (default: llama.cpp's /props total_slots, else probed: vLLM and SGLang publish none)")
     f.add_argument("--max-model-len", type=int, metavar="N",
@@ -105,8 +107,16 @@ def fit_command(args: argparse.Namespace) -> int:
         problems.append(f"--out {args.out}: must end in .toml")
     elif not out.parent.is_dir():
         problems.append(f"--out {args.out}: no folder {out.parent}")
+    if args.recheck and not Path(args.recheck).is_file():
+        problems.append(f"--recheck {args.recheck}: no such file (a profile written by loadgen fit)")
+    if args.recheck:
+        problems += [f"{flag}: not with --recheck (the profile's limits are kept; `predict --set` changes them)"
+                     for flag, v in (("--max-num-seqs", args.max_num_seqs), ("--max-model-len", args.max_model_len))
+                     if v is not None]
     if problems:
         raise InputError(problems)
+    if args.recheck:
+        return _recheck(args, budget_s, extra, client, out)
     res, report = run_fit(FitOptions(args.url, budget_s, args.max_num_seqs, args.max_model_len,
                                      args.max_batched_tokens, extra, args.name or out.stem,
                                      ROUNDS if args.rounds is None else args.rounds, client.headers,
@@ -118,11 +128,31 @@ def fit_command(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def predict_command(args: argparse.Namespace) -> int:
-    import dataclasses
+def _recheck(args: argparse.Namespace, budget_s: float, extra: dict | None, client, out: Path) -> int:
+    from loadgen.sim.profiles import load_profile
+    from loadgen.twin.fit import FitOptions
+    from loadgen.twin.intervals import load_spread
+    from loadgen.twin.recheck import RECHECK_ROUNDS, profile_text, recheck, to_text
 
-    from loadgen.twin.intervals import Spread, load_spread
-    from loadgen.twin.predict import predict, to_text
+    try:
+        profile = load_profile(args.recheck)
+        spread = load_spread(args.recheck, profile)
+    except ValueError as e:
+        raise InputError([f"--recheck: {e}"]) from None
+    o = FitOptions(args.url, budget_s, extra_body=extra, rounds=args.rounds or RECHECK_ROUNDS, headers=client.headers,
+                   tls=client.ssl_context())
+    now, spread, report = recheck(o, profile, spread)
+    report["profile_from"] = args.recheck
+    out.write_text(profile_text(now, spread, report))
+    report["profile"] = str(out)
+    sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n" if args.format == "json"
+                     else to_text(report) + f"wrote {out}\n")
+    return ExitCode.OK
+
+
+def predict_command(args: argparse.Namespace) -> int:
+    from loadgen.twin.intervals import load_spread
+    from loadgen.twin.predict import predict, to_text, with_settings
     from loadgen.sim.profiles import load_profile
 
     rates = parse_rates(args.rates)
@@ -140,8 +170,8 @@ def predict_command(args: argparse.Namespace) -> int:
         spread = load_spread(args.profile, profile)
     except ValueError as e:
         raise InputError([str(e)]) from None
-    profile, *rounds = [dataclasses.replace(p, **sets) for p in (profile, *spread.rounds)]  # what if: each changed
-    d = predict(args.workload, profile, rates, {"--requests": args.requests}, Spread(rounds, spread.misfit_rel), level)
+    profile, spread = with_settings(profile, spread, sets)
+    d = predict(args.workload, profile, rates, {"--requests": args.requests}, spread, level)
     if sets:
         d["set"] = sets
     if args.out:

@@ -18,7 +18,7 @@ that time's center plus the request overhead (below), so client-side noise stays
            token budget max_num_batched_tokens from --max-batched-tokens (default 2048, llama.cpp's
            n_batch: no server publishes it)
   prefill  PREFILL_PROMPTS (those that fit in a slot with one output token), one at a time
-  decode   batches 1, 2, 4, 8 (<= slots) x contexts 16 and max_model_len / 4, DECODE_TOKENS outputs; a
+  decode   batches 1, 2, 4, 8 (<= slots) x contexts 16, max_model_len / 16 and / 4, DECODE_TOKENS outputs; a
            shape whose streams overlap for too few steps (fit_probe.ShortOverlap: steps of a fast engine,
            as the simulator's default profile's ~1.5 ms, against the time a busy client takes to start
            B streams) is asked again with twice the outputs, up to DECODE_MAX_TOKENS, and keeps that length;
@@ -26,11 +26,11 @@ that time's center plus the request overhead (below), so client-side noise stays
            `decode_left_out`: shape -> rounds without it; a CPU vLLM beside busy neighbours once served the
            streams of a shape one after another); with no decode shape timed at all the fit fails
   mixed    a prompt of MIXED_PROMPTS tokens (those that fit one step with the decodes) sent into B = 1 and
-           min(4, slots - 1) decoding streams (the decode contexts, MIXED_TOKENS outputs, lengthened like a
-           decode shape's): the step that runs both, which a server under load is made of, and which tells
-           the forms apart (max: the prompt hides the decodes' reads; sum: it adds to them). A shape no
-           stream could time even at the longest outputs is left out of that round (fit_probe.mixed says
-           why), not the fit: the other probes do not need it
+           min(4, slots - 1) decoding streams (contexts 16 and max_model_len / 4, MIXED_TOKENS outputs,
+           lengthened like a decode shape's): the step that runs both, which a server under load is made
+           of, and which tells the forms apart (max: the prompt hides the decodes' reads; sum: it adds to
+           them). A shape no stream could time even at the longest outputs is left out of that round
+           (fit_probe.mixed says why), not the fit: the other probes do not need it
   request overhead: median(TTFT - server prompt time) when the server reports it, else fitted (the mixed
            probe's steps are timed without it, a prefill's TTFT with it), else 0
 
@@ -93,6 +93,10 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
         prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
         contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
+        # the decodes also at a middle context: llama.cpp's one-stream step is concave in the context (2.01,
+        # 2.13, 2.34, 2.49, 2.77, 2.89 ms at 16, 128, 256, 512, 768, 1024 tokens: up to 5 % above the line
+        # through the ends), and a workload's contexts are mostly between the two
+        decode_contexts = sorted({*contexts, max(16, min(ctx // 16, ctx - DECODE_TOKENS - 2))})
         mixes = [(b, c, n) for b in sorted({1, min(4, slots - 1)}) if b >= 1 for c in contexts
                  for n in MIXED_PROMPTS if n + b <= o.max_batched_tokens and n + 2 <= ctx]
         for b in batches:    # each batch size once (a fresh vLLM on a CPU stalls on each new shape)
@@ -111,9 +115,9 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
                 for n in prompts:
                     pre.setdefault(n, []).append(await p.prefill(n))
                 for b in batches:
-                    for c in contexts:
+                    for c in decode_contexts:
                         try:
-                            dec.setdefault((b, c), {})[rounds] = await _decode(p, b, c, ctx, outputs)
+                            dec.setdefault((b, c), {})[rounds] = await decode_probe(p, b, c, ctx, outputs)
                         except ShortOverlap as e:  # left out of this round, as an untimed mixed shape is
                             untimed[(b, c)] = str(e)
                 for b, c, n in mixes:
@@ -158,7 +162,7 @@ async def _lengthened(probe, key: tuple, first: int, longest: int, outputs: dict
             n = outputs[key] = 2 * n
 
 
-async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple, int]) -> DecodeSample:
+async def decode_probe(p: Prober, batch: int, context: int, ctx: int, outputs: dict[tuple, int]) -> DecodeSample:
     """One decode probe of the shape, lengthened while the outputs fit in the slot and DECODE_MAX_TOKENS."""
     return await _lengthened(lambda n: p.decode(batch, context, n), (batch, context), DECODE_TOKENS,
                              min(DECODE_MAX_TOKENS, ctx - context - 2), outputs)
@@ -166,7 +170,7 @@ async def _decode(p: Prober, batch: int, context: int, ctx: int, outputs: dict[t
 
 async def _mixed(p: Prober, batch: int, context: int, prompt: int, ctx: int,
                  outputs: dict[tuple, int]) -> MixedSample | None:
-    """One mixed probe of the shape, its decodes lengthened as _decode's are; None when no stream could time
+    """One mixed probe of the shape, its decodes lengthened as decode_probe's are; None when no stream could time
     the step even at the longest outputs (a server whose reads carry several tokens)."""
     try:
         return await _lengthened(lambda n: p.mixed(batch, context, prompt, n), ("mixed", batch, context, prompt),

@@ -305,10 +305,11 @@ def residuals(p: Profile, prefill: list[PrefillSample], decode: list[DecodeSampl
     return out
 
 
-def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel: float | None = None) -> str:
+def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel: float | None = None,
+            recheck: dict | None = None) -> str:
     """The profile as `loadgen sim --profile` reads it; `rounds` (coefficients in us, one dict per probe
-    round) become [[rounds]] tables and rms_rel (the fit's residual) [fit] rms_rel, which the simulator
-    ignores and twin/intervals.py reads."""
+    round) become [[rounds]] tables, rms_rel (the fit's residual) [fit] rms_rel and `recheck` (numbers) a
+    [recheck] table, which the simulator ignores and twin/intervals.py reads."""
     def num(v: float) -> str:  # full precision: a written profile predicts exactly what the fit did
         return repr(int(v)) if isinstance(v, int) else repr(float(v))
     lines = [f"# {h}" for h in header]
@@ -326,6 +327,8 @@ def to_toml(p: Profile, header: list[str], rounds: Sequence[dict] = (), rms_rel:
     lines += [f"{k} = {getattr(p, k)}" for k in ("max_num_seqs", "max_num_batched_tokens", "kv_capacity_tokens")]
     if rms_rel is not None:
         lines += ["", "[fit]", f"rms_rel = {num(rms_rel)}"]
+    if recheck:
+        lines += ["", "[recheck]"] + [f"{k} = {num(v)}" for k, v in recheck.items()]
     for r in rounds:
         lines += ["", "[[rounds]]"] + [f"{k}_us = {num(v)}" for k, v in r.items()]
     return "\n".join(lines) + "\n"

@@ -32,7 +32,7 @@ profiles). Workloads with conversations
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -243,6 +243,12 @@ def _capacity_bound(out: dict, points: list[dict]) -> dict:
             "rule": out["rule"] + "; a point above the capacity does not keep up"}
 
 
+def with_settings(profile: Profile, spread: Spread, sets: dict) -> tuple[Profile, Spread]:
+    """What if (`predict --set`): the profile and each of its round profiles with the engine settings `sets`
+    changed alike."""
+    return (replace(profile, **sets), replace(spread, rounds=[replace(r, **sets) for r in spread.rounds]))
+
+
 def predict(workload: str, profile: Profile, rates: list[float], overrides: dict | None = None,
             spread: Spread | None = None, level: float = LEVEL) -> dict:
     """Each rate's point and the knee from `profile`; with the fit's round profiles (twin/intervals.py),
@@ -268,7 +274,7 @@ def _intervals(d: dict, plan: Plan, spread: Spread, level: float) -> None:
                for p in d["points"]]
         each.append((pts, knee(plan, rp, pts, cap)))
     def b(point: float | None, alternatives: list) -> list[float] | None:
-        return band(point, alternatives, level, spread.misfit_rel)
+        return band(point, alternatives, level, spread.misfit_rel, spread.recheck_se_log)
     for i, p in enumerate(d["points"]):
         alt = [pts[i] for pts, _ in each]
         p["latency_interval_ms"] = {m: {q: b(v, [a["latency_ms"][m][q] for a in alt])
@@ -279,9 +285,11 @@ def _intervals(d: dict, plan: Plan, spread: Spread, level: float) -> None:
     k["capacity_interval_per_s"] = b(k["capacity_per_s"], [kn["capacity_per_s"] for _, kn in each])
     k["bisected_interval_per_s"] = b(k["bisected_rate_per_s"], [kn["bisected_rate_per_s"] for _, kn in each])
     d["interval"] = {"level": level, "rounds": len(spread.rounds), "misfit_rel": spread.misfit_rel,
-                     "rule": "point x exp(+- t((1 + level) / 2, n - 1) x sqrt(s^2 (1 + 1/n) + log(1 + misfit)^2)), s "
-                             "the standard deviation of the log of the figure predicted with each of the fit's n "
-                             "round profiles, misfit the fit's rms relative residual (docs/twin.md, Intervals)"}
+                     "recheck_se_log": spread.recheck_se_log,
+                     "rule": "point x exp(+- t((1 + level) / 2, n - 1) x sqrt(s^2 (1 + 1/n) + log(1 + misfit)^2 "
+                             "+ r^2)), s the standard deviation of the log of the figure predicted with each of the "
+                             "fit's n round profiles, misfit the fit's rms relative residual, r a recheck's standard "
+                             "error (docs/twin.md, Intervals)"}
 
 
 def to_text(d: dict) -> str:
@@ -316,7 +324,8 @@ def _interval_text(d: dict) -> list[str]:
         return "-" if v is None else f"{v[0]:{fmt}}-{v[1]:{fmt}}"
     i = d["interval"]
     lines = [f"{i['level']:.0%} intervals (the same plan through each of the fit's {i['rounds']} round profiles, "
-             f"and its misfit {i['misfit_rel']:.1%}; ms):"]
+             f"and its misfit {i['misfit_rel']:.1%}" + (f", the recheck's standard error {i['recheck_se_log']:.1%}"
+                                                       if i.get("recheck_se_log") else "") + "; ms):"]
     for p in d["points"]:
         lat = p["latency_interval_ms"]
         lines.append(f"{p['rate_per_s']:8.3g}  TTFT p50 {b(lat['ttft']['p50'])}  p99 {b(lat['ttft']['p99'])}  "

@@ -14,11 +14,8 @@ but a cache hit would make a measured prefill shorter than any the fit probed.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from loadgen.twin.intervals import Spread
 from tests.e2e.conftest import FIGURES
 from tests.e2e.twin_validation import HostHeld, cover, fit_twin, summary, table
 from tests.e2e.waited import Waited
@@ -50,17 +47,15 @@ def validations(tmp_path_factory):
                             str(BUDGET_TOKENS), "--budget", FIT_BUDGET)
         except HostHeld as e:
             pytest.skip(str(e))
-        fitted = {**summary(twin), **cover(srv.url, waited, work / "fitted", twin.profile, twin.spread,
-                                           run_args=("--model", MODEL_NAME))}
+        fitted = {**summary(twin), **cover(srv.url, waited, work / "fitted", twin, run_args=("--model", MODEL_NAME))}
     finally:
         gen.close()
     gen, srv = _server(tmp_path_factory, "vllm-twin-2", WHAT_IF_SEATS)
     assert isinstance(srv, VllmServer) and srv.proc is not None
     try:
-        what_if = [dataclasses.replace(p, max_num_seqs=WHAT_IF_SEATS) for p in (twin.profile, *twin.spread.rounds)]
-        other = {**summary(twin), **cover(srv.url, Waited(srv.proc.pid, group=True), work / "what-if", what_if[0],
-                                          Spread(what_if[1:], twin.spread.misfit_rel), WHAT_IF_FRACTIONS,
-                                          run_args=("--model", MODEL_NAME))}
+        other = {**summary(twin), **cover(srv.url, Waited(srv.proc.pid, group=True), work / "what-if", twin,
+                                          WHAT_IF_FRACTIONS, run_args=("--model", MODEL_NAME),
+                                          sets={"max_num_seqs": WHAT_IF_SEATS})}
     finally:
         gen.close()
     for name, v in (("vllm", fitted), (f"vllm what-if max_num_seqs {SEATS} -> {WHAT_IF_SEATS}", other)):

@@ -27,7 +27,7 @@ import polars as pl
 
 from loadgen.twin.fit_model import predicted_ttft_s
 from loadgen.twin.intervals import Spread, load_spread
-from loadgen.twin.predict import Plan, point, predict
+from loadgen.twin.predict import Plan, point, predict, with_settings
 from loadgen.results.folder import read_run
 from loadgen.sim.profiles import Profile, load_profile
 from tests.e2e.waited import HOST_BUSY_MAX, HostBusy, Waited
@@ -156,10 +156,11 @@ def fit_twin(url: str, waited: Waited, work: Path, *fit_args: str) -> Twin:
     raise AssertionError(f"{problem}; {seen}")
 
 
-def cover(url: str, waited: Waited, work: Path, profile: Profile, spread: Spread, fractions=FRACTIONS,
-          repeats: int = REPEATS, run_args: tuple[str, ...] = ()) -> dict:
-    """Predict the workload at `fractions` of the profile's capacity with intervals, measure it `repeats`
-    times round the rates, and count the cells inside (the module's docstring)."""
+def cover(url: str, waited: Waited, work: Path, twin: Twin, fractions=FRACTIONS, repeats: int = REPEATS,
+          run_args: tuple[str, ...] = (), sets: dict | None = None) -> dict:
+    """Predict the workload at `fractions` of the twin's capacity with intervals (with `sets`: predict --set,
+    what if), measure it `repeats` times round the rates, and count the cells inside (the module's docstring)."""
+    profile, spread = with_settings(twin.profile, twin.spread, sets or {})
     capacity = Plan(WORKLOAD, {}).capacity_per_s(profile)
     rates = [float(f"{f * capacity:.2g}") for f in fractions]
     pred = predict(WORKLOAD, profile, rates, spread=spread, level=LEVEL)
@@ -191,7 +192,7 @@ def validate(url: str, server_pid: int, work: Path, fractions=FRACTIONS, repeats
     """llama-server's validation: fit it, then cover()."""
     waited = Waited(server_pid)
     twin = fit_twin(url, waited, work)
-    return {**summary(twin), **cover(url, waited, work, twin.profile, twin.spread, fractions, repeats)}
+    return {**summary(twin), **cover(url, waited, work, twin, fractions, repeats)}
 
 
 def summary(twin: Twin) -> dict:

@@ -23,6 +23,7 @@ from loadgen.sim.profiles import load_profile
 from tests.integration.conftest import loadgen
 
 SPEED = 0.25
+SPEED_NOW = 0.2   # the recheck's simulator: the same engine 25 % slower
 TARGET = """
 name = "fit-target"
 model_name = "fit-target-1b"
@@ -189,6 +190,38 @@ def test_fitted_profile_is_served_and_predicted(fitted, tmp_path):
     assert p.returncode == 0, p.stderr
     assert "knee:" in p.stdout and p.stdout.count("\n") >= 6
     assert "80% intervals (the same plan through each of the fit's 3 round profiles, and its misfit" in p.stdout
+
+
+def test_recheck_measures_the_server_now(fitted, tmp_path):
+    # The same engine at SPEED_NOW instead of SPEED: every step takes SPEED / SPEED_NOW as long. The recheck
+    # against the profile fitted at SPEED says so for the prompt work and the step work alike, and writes the
+    # profile scaled to it; `predict` takes the file and its intervals carry the recheck's standard error.
+    d, _, _ = fitted
+    with SimProcess(args=["--profile", str(d / "target.toml"), "--speed", str(SPEED_NOW), "--emulate", "llamacpp"]
+                    ) as sim:
+        p = loadgen("fit", "--url", sim.url, "--recheck", str(d / "fitted.toml"), "--out", str(tmp_path / "now.toml"),
+                    "--format", "json", timeout=120)
+        late = emit_lateness(sim.url)
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = orjson.loads(p.stdout)
+    assert report["samples"] == 15 and report["probe_s"] < 30, report
+    now = load_profile(str(tmp_path / "now.toml"))
+    spread = load_spread(str(tmp_path / "now.toml"), now)
+    assert len(spread.rounds) == 3 and spread.recheck_se_log == pytest.approx(report["se_log"])
+    w = tmp_path / "w.toml"
+    w.write_text('model = "m"\napi = "completions"\n[arrivals]\nprocess = "poisson"\nrate = "1/s"\n[run]\n'
+                 'requests = 20\n[prompt]\ntokens = 256\n[output]\ntokens = 16\n')
+    q = loadgen("predict", str(w), "--profile", str(tmp_path / "now.toml"), "--rates", "1")
+    assert q.returncode == 0 and "the recheck's standard error" in q.stdout, q.stderr
+    print(f"recheck: {report}; simulator lateness: {late}")
+    _premise(late)
+    want = SPEED / SPEED_NOW
+    assert report["prefill_scale"] == pytest.approx(want, rel=0.05), report
+    assert report["decode_scale"] == pytest.approx(want, rel=0.05), report
+    assert report["se_log"] < 0.05, report
+    fitted_profile = load_profile(str(d / "fitted.toml"))
+    assert now.decode_ns(1, 1000) == pytest.approx(fitted_profile.decode_ns(1, 1000) * want, rel=0.05)
+    assert now.prefill_ns(1, 1024) == pytest.approx(fitted_profile.prefill_ns(1, 1024) * want, rel=0.05)
 
 
 def test_fit_bad_input_and_unreachable(tmp_path):

@@ -208,15 +208,15 @@ def test_decode_probes_that_hardly_overlap_are_asked_again_longer():
 
     outputs: dict = {}
     s = Server(150)
-    got = asyncio.run(fitmod._decode(s, 8, 16, 4096, outputs))
+    got = asyncio.run(fitmod.decode_probe(s, 8, 16, 4096, outputs))
     assert s.asked == [48, 96, 192] and got.output_tokens == 192 and outputs == {(8, 16): 192}
     s.asked.clear()
-    asyncio.run(fitmod._decode(s, 8, 16, 4096, outputs))  # a later round starts at the kept length
+    asyncio.run(fitmod.decode_probe(s, 8, 16, 4096, outputs))  # a later round starts at the kept length
     assert s.asked == [192]
     with pytest.raises(ShortOverlap):  # never past DECODE_MAX_TOKENS, nor past the slot
-        asyncio.run(fitmod._decode(Server(10**6), 8, 16, 4096, {}))
+        asyncio.run(fitmod.decode_probe(Server(10**6), 8, 16, 4096, {}))
     with pytest.raises(ShortOverlap):
-        asyncio.run(fitmod._decode(Server(100), 8, 16, 16 + 2 + 95, {}))
+        asyncio.run(fitmod.decode_probe(Server(100), 8, 16, 16 + 2 + 95, {}))
 
 
 def test_token_gaps_share_a_coalesced_reads_time_among_its_tokens():
@@ -326,7 +326,7 @@ def test_a_decode_shape_whose_streams_never_overlap_is_left_out_of_its_rounds_no
 
     monkeypatch.setattr(fitmod, "Prober", Prober)
     res, report = fitmod.run_fit(fitmod.FitOptions("http://x", rounds=3))
-    assert report["rounds"] == 3 and report["decode_left_out"] == {"8x16": 3, "8x1024": 3}
+    assert report["rounds"] == 3 and report["decode_left_out"] == {"8x16": 3, "8x256": 3, "8x1024": 3}
     assert {r["batch"] for r in report["residuals"] if r["kind"] == "decode"} == {1, 2, 4}
     assert res.rms_rel < 0.05 and len(report["rounds_coefficients_us"]) == 3
     Prober.never = 1   # no shape timed at all: a clear failure, naming why
