@@ -16,8 +16,8 @@ m = log(1 + the fit's rms relative residual over its probes) ([fit] rms_rel): th
 in every round, which the rounds' spread cannot show; a figure is not known better than the probes are
 described. r = a recheck's standard error ([recheck] se_log; 0 without one: twin/recheck.py), the
 uncertainty of the speed it scaled the profile to. What the interval does not know: a phase longer than the
-fit that the fit never saw (a longer --budget samples more; a recheck just before the run measures the phase
-it starts in), or a host that takes the server's CPU more than it did during the fit.
+fit that the fit never saw (a longer --budget samples more), a server restarted or moved since the fit (a
+recheck measures it), or a host that takes the server's CPU more than it did during the fit.
 """
 from __future__ import annotations
 

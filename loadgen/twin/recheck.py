@@ -13,8 +13,8 @@ sample's predicted time depends on two factors: one on the prompt terms (PROMPT_
 token and per attention pair, the cost of a step of more than one token), one on the step terms (STEP_TERMS:
 the step's overhead, per sequence, weights and KV reads). The factors are the least squares of the samples'
 relative errors against the profile scaled by them (factors()), their standard errors from its residuals and
-covariance. A prefill's measured time is the server's own
-prompt time where it reports one (llama.cpp), else TTFT - the profile's request overhead.
+covariance. A prefill's measured time is the server's own prompt time where it reports one (llama.cpp), else
+TTFT - the profile's request overhead.
 
 What it writes: the profile and each of its [[rounds]] with the prompt terms times the prefill factor and the
 step terms times the decode factor (the request overhead kept: the front end's, not the engine's speed); the
