@@ -44,7 +44,7 @@ import ssl
 import statistics
 from dataclasses import dataclass
 
-from loadgen.twin.fit_model import EngineLimits, FitResult, fit, to_toml
+from loadgen.twin.fit_model import EngineLimits, FitResult, fit, in_us, to_toml
 from loadgen.twin.fit_probe import DecodeSample, MixedSample, PrefillSample, Prober, ProbeFailed, ShortOverlap
 
 PREFILL_PROMPTS = (16, 64, 256, 512, 1024, 1536, 2048, 3072)
@@ -92,11 +92,11 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
         lim = EngineLimits(srv.model, slots, o.max_batched_tokens, ctx, srv.n_params, srv.size_bytes)
         prompts = [n for n in PREFILL_PROMPTS if n + 2 <= ctx]
         batches = sorted({b for b in (1, 2, 4, 8) if b <= slots})
-        contexts = sorted({16, max(16, min(ctx // 4, ctx - DECODE_TOKENS - 2))})
+        contexts = sorted({16, decode_context_in(ctx, ctx // 4)})
         # the decodes also at a middle context: llama.cpp's one-stream step is concave in the context (2.01,
         # 2.13, 2.34, 2.49, 2.77, 2.89 ms at 16, 128, 256, 512, 768, 1024 tokens: up to 5 % above the line
         # through the ends), and a workload's contexts are mostly between the two
-        decode_contexts = sorted({*contexts, max(16, min(ctx // 16, ctx - DECODE_TOKENS - 2))})
+        decode_contexts = sorted({*contexts, decode_context_in(ctx, ctx // 16)})
         mixes = [(b, c, n) for b in sorted({1, min(4, slots - 1)}) if b >= 1 for c in contexts
                  for n in MIXED_PROMPTS if n + b <= o.max_batched_tokens and n + 2 <= ctx]
         for b in batches:    # each batch size once (a fresh vLLM on a CPU stalls on each new shape)
@@ -146,6 +146,11 @@ async def _probe(o: FitOptions) -> tuple[EngineLimits, Round, list[Round], dict]
         "rounds": rounds, "probe_s": round(used_s, 1), "budget_s": o.budget_s, "max_num_seqs_from": slots_from,
         "decode_left_out": {f"{b}x{c}": sum(k not in dec.get((b, c), {}) for k in range(rounds))
                             for b, c in untimed}}
+
+
+def decode_context_in(ctx: int, want: int) -> int:
+    """A decode probe's context: `want`, at least 16, leaving room in a slot of `ctx` tokens for its outputs."""
+    return max(16, min(want, ctx - DECODE_TOKENS - 2))
 
 
 async def _lengthened(probe, key: tuple, first: int, longest: int, outputs: dict[tuple, int]):
@@ -220,9 +225,9 @@ def run_fit(o: FitOptions) -> tuple[FitResult, dict]:
               "server timings" if r_s is not None else "fitted (mixed probes)" if c.mixed else "none (0)",
               "limits": {"max_num_seqs": lim.max_num_seqs, "max_model_len": lim.max_model_len,
                          "max_num_batched_tokens": lim.max_num_batched_tokens},
-              "coefficients_us": {k: v * 1e6 for k, v in vars(res.coefficients).items()},
+              "coefficients_us": in_us(res.coefficients),
               "residuals": res.residuals,
-              "rounds_coefficients_us": [{k: v * 1e6 for k, v in vars(c).items()} for c in per_round], **info}
+              "rounds_coefficients_us": [in_us(c) for c in per_round], **info}
     return res, report
 
 

@@ -75,6 +75,11 @@ class Coefficients:  # seconds
     multi_token_kv: float = 0.0   # per KV token read, in a step of more than one token
 
 
+def in_us(c: Coefficients) -> dict[str, float]:
+    """The coefficients in microseconds by name, as reports and [[rounds]] tables write them."""
+    return {k: v * 1e6 for k, v in vars(c).items()}
+
+
 def coefficients(p: Profile) -> Coefficients:
     """The effective coefficients of a profile (what a fit can recover; raw fields are one of many splits)."""
     flops = p.compute_tflops * 1e12

@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from loadgen.sim.profiles import Profile
-from loadgen.twin.fit import FitOptions, decode_probe
-from loadgen.twin.fit_model import EngineLimits, coefficients, predicted_step_s, predicted_ttft_s, to_profile, \
-    to_toml
+from loadgen.twin.fit import FitOptions, decode_context_in, decode_probe
+from loadgen.twin.fit_model import EngineLimits, coefficients, in_us, predicted_step_s, predicted_ttft_s, \
+    to_profile, to_toml
 from loadgen.twin.fit_probe import DecodeSample, PrefillSample, Prober, ProbeFailed, ShortOverlap
 from loadgen.twin.intervals import Spread
 
@@ -105,7 +105,7 @@ async def _probe(o: FitOptions, p0: Profile) -> tuple[list[PrefillSample], list[
     async with Prober(o.url, o.budget_s, o.extra_body, headers=dict(o.headers), tls=o.tls) as p:
         ctx = p0.max_model_len
         prompts = [n for n in RECHECK_PROMPTS if n + 2 <= ctx]
-        deep = max(16, min(ctx // 4, ctx - 50))
+        deep = decode_context_in(ctx, ctx // 4)   # the fit's deeper decode context
         shapes = [(1, 16), (1, deep)] + ([(2, deep)] if p0.max_num_seqs >= 2 else [])
         await p.prefill(16)   # warm-up, as the fit's (a fresh server's first request, a new batch shape)
         for b in sorted({b for b, _ in shapes}):
@@ -134,7 +134,7 @@ def recheck(o: FitOptions, profile: Profile, spread: Spread) -> tuple[Profile, S
     rounds = [scaled(r, f.prefill, f.decode) for r in spread.rounds]
     report = {"url": o.url, "prefill_scale": f.prefill, "decode_scale": f.decode, "se_log": f.se_log,
               "samples": f.samples, "rounds": o.rounds, "probe_s": round(used_s, 1),
-              "coefficients_us": {k: v * 1e6 for k, v in vars(coefficients(now)).items()}}
+              "coefficients_us": in_us(coefficients(now))}
     return now, Spread(rounds, spread.misfit_rel, f.se_log), report
 
 
@@ -146,7 +146,7 @@ def profile_text(now: Profile, spread: Spread, report: dict) -> str:
         f"probes in {report['probe_s']} s): prompt work x{report['prefill_scale']:.4g}, step work "
         f"x{report['decode_scale']:.4g} (docs/twin.md, Recheck).",
         "[[rounds]]: the fit's round profiles scaled alike; [recheck] se_log widens predict's intervals."],
-        rounds=[{k: v * 1e6 for k, v in vars(coefficients(r)).items()} for r in spread.rounds],
+        rounds=[in_us(coefficients(r)) for r in spread.rounds],
         rms_rel=spread.misfit_rel,
         recheck={k: report[k] for k in ("prefill_scale", "decode_scale", "se_log", "samples")})
 
